@@ -1,0 +1,54 @@
+"""The ``fpemu`` command line: one subcommand per module, imported only when used.
+
+Each command module defines ``configure(parser)`` and ``run(args) -> int``.
+
+>>> main(["formats", "--plain"]) == 0  # doctest: +ELLIPSIS
+name ...
+True
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+#: subcommand -> (module, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "tour": ("fpemu.tour", "a guided terminal tour of what fpemu shows (no GPU, < 1 minute)"),
+    "formats": ("fpemu.cli_formats", "table of every format's parameters"),
+    "explain": ("fpemu.explain", "bits, fields, neighbours and roundings of a value"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with every available subcommand."""
+    parser = argparse.ArgumentParser(
+        prog="fpemu", description="Bit-exact emulation of low-precision floating point."
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, (module, help_) in COMMANDS.items():
+        try:
+            mod = importlib.import_module(module)
+        except ImportError as exc:  # an optional extra is missing: say so only when asked
+            p = sub.add_parser(name, help=f"{help_} (unavailable: {exc})")
+            p.set_defaults(_unavailable=f"fpemu {name} needs a missing package: {exc}")
+            continue
+        p = sub.add_parser(name, help=help_, description=help_)
+        mod.configure(p)
+        p.set_defaults(_run=mod.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit status."""
+    args = build_parser().parse_args(argv)
+    if getattr(args, "_unavailable", None):
+        print(args._unavailable, file=sys.stderr)
+        return 2
+    return int(args._run(args))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
