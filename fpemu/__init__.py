@@ -7,7 +7,17 @@
 0.0
 """
 
-from fpemu.bits import all_values, codes, decode, encode, next_down, next_up, ulp
+from fpemu.bits import (
+    all_values,
+    canonical_nan,
+    code_dtype,
+    codes,
+    decode,
+    encode,
+    next_down,
+    next_up,
+    ulp,
+)
 from fpemu.limits import FInfo, finfo
 from fpemu.formats import ALIASES, FORMATS, Format, get_format
 from fpemu.rounding import RoundMode, get_mode, round
@@ -22,6 +32,8 @@ __all__ = [
     "Format",
     "RoundMode",
     "all_values",
+    "canonical_nan",
+    "code_dtype",
     "codes",
     "decode",
     "encode",

@@ -108,14 +108,16 @@ class Format:
     @property
     def emax(self) -> int:
         """Exponent of the largest finite number."""
-        top = 2**self.ebits - 1 - self.bias
-        return top - 1 if self.specials == "ieee" else top
+        top = (1 << self.ebits) - 1 - self.bias
+        # ieee reserves the top binade; so does fn when it has no fraction bits (all ones = NaN)
+        reserved = self.specials == "ieee" or (self.specials == "fn" and self.mbits == 0)
+        return top - 1 if reserved else top
 
     @property
     def max_significand(self) -> int:
         """Integer significand (``precision`` bits) of the largest finite number."""
-        full = 2**self.precision - 1
-        return full - 1 if self.specials == "fn" else full
+        full = (1 << self.precision) - 1
+        return full - 1 if self.specials == "fn" and self.mbits > 0 else full
 
     @property
     def max(self) -> float:

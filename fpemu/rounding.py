@@ -113,7 +113,8 @@ def round(  # noqa: A001 - the natural name; numpy has np.round too
         overflow: what a too-large result becomes: ``"inf"``, ``"nan"`` or ``"saturate"``
             (default: the format's convention, see :attr:`Format.default_overflow`). Following
             IEEE 754, a mode that rounds toward zero for the sign at hand (rtz, rto, rup for
-            negatives, rdown for positives) gives the largest finite value instead. Saturation
+            negatives, rdown for positives, and a stochastic draw that rounded toward zero)
+            gives the largest finite value instead. Saturation
             also maps infinite inputs to the largest finite value.
         rng: a :class:`numpy.random.Generator`, required by (and only by) ``"stochastic"``. One
             uniform double ``u`` is drawn per element in C order; the magnitude rounds up iff
@@ -208,7 +209,7 @@ def _overflow_rne(t: Any, f: Format, ovf: Overflow) -> Any:
 def _round_general(x: Any, f: Format, m: RoundMode, rng: np.random.Generator | None) -> Any:
     np_ = xp(x)
     biased = (x.view(np_.uint64) >> np_.uint64(52)) & np_.uint64(0x7FF)
-    e = np_.clip(biased.astype(np_.int64) - 1023, f.emin, f.emax + 1)
+    e = np_.maximum(biased.astype(np_.int64) - 1023, f.emin)  # the unbounded grid above
     qe = e - f.mbits
     y = np_.ldexp(x, -qe)  # exact: scaling by a power of two; |y| < 2**(mbits+1) in range
     r = _round_integer(y, m, rng)
@@ -244,8 +245,10 @@ def _overflow_general(t: Any, x: Any, f: Format, m: RoundMode, ovf: Overflow) ->
         return np_.clip(t, -f.max, f.max, out=t)
     special = np_.inf if ovf == "inf" else np_.nan
     big = (np_.abs(t) > f.max) & np_.isfinite(x)
-    if m in (RoundMode.RNE, RoundMode.RNA, RoundMode.STOCHASTIC):
+    if m in (RoundMode.RNE, RoundMode.RNA):
         away = big
+    elif m is RoundMode.STOCHASTIC:
+        away = big & (np_.abs(t) > np_.abs(x))  # drew "away"; a draw toward zero saturates
     elif m is RoundMode.RUP:
         away = big & (t > 0)
     elif m is RoundMode.RDOWN:

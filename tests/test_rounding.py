@@ -226,3 +226,31 @@ def test_dtype_shape_and_scalars() -> None:
 def test_bad_input_is_refused(call, exc: type, match: str) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(exc, match=match):
         call()
+
+
+def test_stochastic_overflow_matches_oracle_draw_for_draw() -> None:
+    x = np.repeat([65519.0, 65600.0, 70000.0, -70000.0, 131072.0, 1e6], 50)
+    got = fpemu.round(x, "fp16", mode="stochastic", rng=np.random.default_rng(9))
+    u = np.random.default_rng(9).random(x.size)
+    spec = spec_of("fp16")
+    want = [reference.round_float(float(a), spec, "stochastic", u=Fraction(float(b)))
+            for a, b in zip(x, u, strict=True)]  # fmt: skip
+    assert_same_bits(got, want, x)
+    assert np.isinf(got).any() and (np.abs(got) == 65504).any()  # both outcomes occur
+
+
+@st.composite
+def _custom_format(draw: st.DrawFn) -> fpemu.Format:
+    specials = draw(st.sampled_from(["ieee", "fn", "fnuz", "finite"]))
+    ebits = draw(st.integers(2, 8))
+    mbits = draw(st.integers(0, 12))
+    bias = draw(st.integers(-3, 2 ** (ebits - 1) + 3))
+    return fpemu.Format("custom", ebits, mbits, bias, specials, draw(st.booleans()))
+
+
+@given(_custom_format(), st.sampled_from(DET_MODES), st.floats(allow_nan=False), st.booleans())
+def test_hypothesis_custom_formats(f: fpemu.Format, mode: str, x: float, scaled: bool) -> None:
+    if scaled:  # bring x near the format's range
+        x = float(np.ldexp(np.frexp(x)[0], int(np.clip(np.frexp(x)[1], f.emin - f.mbits - 2, f.emax + 2))))
+    got = fpemu.round(np.array([x]), f, mode=mode)
+    assert_same_bits(got, oracle_round([x], f, mode), [x])
