@@ -18,8 +18,8 @@ from fpemu.bits import (
     next_up,
     ulp,
 )
-from fpemu.limits import FInfo, finfo
 from fpemu.formats import ALIASES, FORMATS, Format, get_format
+from fpemu.limits import FInfo, finfo
 from fpemu.rounding import RoundMode, get_mode, round
 from fpemu.storage import format_of, from_storage, storage_dtype, to_storage
 

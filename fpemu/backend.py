@@ -30,7 +30,9 @@ def xp(*arrays: Any) -> ModuleType:
     cupy = sys.modules.get("cupy")  # never import it here: only an existing cupy array counts
     if cupy is None:
         return np
-    kinds = {isinstance(a, cupy.ndarray) for a in arrays if isinstance(a, (np.ndarray, cupy.ndarray))}
+    kinds = {
+        isinstance(a, cupy.ndarray) for a in arrays if isinstance(a, (np.ndarray, cupy.ndarray))
+    }
     if kinds == {True, False}:
         raise TypeError("cannot mix cupy and numpy arrays in one call; move them to one device")
     return cupy if True in kinds else np
@@ -52,4 +54,5 @@ def cupy_or_none() -> ModuleType | None:
         cupy.cuda.runtime.getDeviceCount()
     except Exception:  # ImportError, or CUDA driver/runtime errors without a GPU
         return None
-    return cupy
+    mod: ModuleType = cupy
+    return mod

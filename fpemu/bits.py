@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from fpemu.backend import xp
-from fpemu.formats import Format, FormatLike, get_format
+from fpemu.formats import Format, FormatLike, Overflow, get_format
 from fpemu.rounding import round as fround
 
 MAX_ENUMERABLE_BITS = 16
@@ -42,11 +42,11 @@ def canonical_nan(fmt: FormatLike) -> int:
     f = get_format(fmt)
     top = (2**f.ebits - 1) << f.mbits
     if f.specials == "ieee":
-        return top | (1 << (f.mbits - 1) if f.mbits else 1)
+        return int(top | (1 << (f.mbits - 1) if f.mbits else 1))
     if f.specials == "fn":
-        return top | (2**f.mbits - 1)
+        return int(top | ((1 << f.mbits) - 1))
     if f.specials == "fnuz":
-        return 1 << (f.bits - 1)
+        return int(1 << (f.bits - 1))
     raise ValueError(f"format {f.name} has no NaN")
 
 
@@ -64,7 +64,9 @@ def encode(x: Any, fmt: FormatLike) -> Any:
     same = (fround(a, f, overflow="saturate" if not f.has_nan else None) == a) | np_.isnan(a)
     if not bool(np_.all(same | (np_.isinf(a) & f.has_inf))):
         bad = a[~(same | (np_.isinf(a) & f.has_inf))].reshape(-1)[0]
-        raise ValueError(f"x contains {float(bad)!r}, not representable in {f.name}; round it first")
+        raise ValueError(
+            f"x contains {float(bad)!r}, not representable in {f.name}; round it first"
+        )
     mag = np_.abs(a)
     mant, ex = np_.frexp(mag)  # mag = mant * 2**ex, mant in [0.5, 1)
     normal = (ex - 1 >= f.emin) & np_.isfinite(mag) & (mag != 0)
@@ -74,7 +76,7 @@ def encode(x: Any, fmt: FormatLike) -> Any:
     m_field = np_.where(normal, m_norm, m_sub).astype(np_.uint64)
     code = (e_field.astype(np_.uint64) << np_.uint64(f.mbits)) | m_field
     if f.has_inf:
-        code = np_.where(np_.isinf(a), np_.uint64(((2**f.ebits - 1) << f.mbits)), code)
+        code = np_.where(np_.isinf(a), np_.uint64((2**f.ebits - 1) << f.mbits), code)
     neg = np_.signbit(a) & ~np_.isnan(a) & ((code != 0) | f.has_negative_zero)
     code = code | (neg.astype(np_.uint64) << np_.uint64(f.bits - 1))
     if f.has_nan:
@@ -113,7 +115,8 @@ def decode(codes: Any, fmt: FormatLike, *, dtype: Any = np.float64) -> Any:
 
 @functools.lru_cache(maxsize=32)
 def _decode_table(f: Format) -> np.ndarray:
-    return _decode_arith(np.arange(2**f.bits, dtype=np.uint64), f)
+    table: np.ndarray = _decode_arith(np.arange(2**f.bits, dtype=np.uint64), f)
+    return table
 
 
 def _decode_arith(c: Any, f: Format) -> Any:
@@ -149,7 +152,8 @@ def codes(fmt: FormatLike) -> np.ndarray:
 def all_values(fmt: FormatLike) -> np.ndarray:
     """The distinct finite values of a format of at most 16 bits, increasing (zero once, as +0)."""
     v = decode(codes(fmt), fmt)
-    return np.unique(v[np.isfinite(v)]) + 0.0
+    out: np.ndarray = np.unique(v[np.isfinite(v)]) + 0.0
+    return out
 
 
 def ulp(x: Any, fmt: FormatLike) -> Any:
@@ -163,7 +167,9 @@ def ulp(x: Any, fmt: FormatLike) -> Any:
     a = np.asarray(x, dtype=np.float64) if not hasattr(x, "dtype") else x.astype(np.float64)
     np_ = xp(a)
     _, ex = np_.frexp(a)
-    q = np_.where((ex - 1 >= f.emin) & (a != 0), np_.ldexp(1.0, ex - 1 - f.mbits), f.smallest_subnormal)
+    q = np_.where(
+        (ex - 1 >= f.emin) & (a != 0), np_.ldexp(1.0, ex - 1 - f.mbits), f.smallest_subnormal
+    )
     q = np_.where(np_.isfinite(a), q, np_.abs(a))
     return q[()] if q.ndim == 0 else q
 
@@ -177,7 +183,7 @@ def next_up(x: Any, fmt: FormatLike) -> Any:
     f = get_format(fmt)
     a = np.asarray(x, dtype=np.float64) if not hasattr(x, "dtype") else x.astype(np.float64)
     np_ = xp(a)
-    ovf = "inf" if f.has_inf else "saturate"
+    ovf: Overflow = "inf" if f.has_inf else "saturate"
     with np.errstate(over="ignore", invalid="ignore"):  # stepping past max overflows
         up = fround(np_.where(np_.isnan(a), 0.0, a), f, mode="rup", overflow=ovf)
         on = up == a  # already a value of the format: step from it
@@ -195,7 +201,7 @@ def next_up(x: Any, fmt: FormatLike) -> Any:
 
 
 def next_down(x: Any, fmt: FormatLike) -> Any:
-    """The largest value of ``fmt`` strictly less than each ``x``; mirror image of :func:`next_up`."""
+    """The largest value of ``fmt`` strictly less than each ``x`` (mirror of :func:`next_up`)."""
     f = get_format(fmt)
     a = np.asarray(x, dtype=np.float64) if not hasattr(x, "dtype") else x.astype(np.float64)
     res = -next_up(-a, f)

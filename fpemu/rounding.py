@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import builtins
 import functools
+import os
+from concurrent.futures import ThreadPoolExecutor
 from enum import Enum
 from typing import Any
 
@@ -39,6 +41,7 @@ from fpemu.backend import xp
 from fpemu.formats import OVERFLOWS, Format, FormatLike, Overflow, get_format
 
 BLOCK = 16384  # elements per block: a float64 block and its temporaries stay in L2
+THREADS = min(os.cpu_count() or 1, 8)  # NumPy releases the GIL inside ufuncs
 
 
 class RoundMode(str, Enum):
@@ -144,12 +147,34 @@ def round(  # noqa: A001 - the natural name; numpy has np.round too
         raise ValueError(f"x contains NaN, which format {f.name} cannot represent")
     out = np_.empty_like(arr)
     src, dst = arr.reshape(-1), out.reshape(-1)
-    with np.errstate(over="ignore", invalid="ignore"):
-        for i in builtins.range(0, src.size, BLOCK):
-            blk = src[i : i + BLOCK].astype(np_.float64, copy=False)
-            res = _round_block(blk, f, m, sub, ovf, rng)
-            dst[i : i + BLOCK] = res
+
+    def work(lo: int, hi: int) -> None:
+        with np.errstate(over="ignore", invalid="ignore"):  # errstate is per thread
+            for i in builtins.range(lo, hi, BLOCK):
+                j = min(i + BLOCK, hi)
+                blk = src[i:j].astype(np_.float64, copy=False)
+                dst[i:j] = _round_block(blk, f, m, sub, ovf, rng)
+
+    chunks = _chunks(src.size) if rng is None and np_ is np else [(0, src.size)]
+    if len(chunks) == 1:
+        work(*chunks[0])
+    else:
+        list(_pool().map(lambda c: work(*c), chunks))
     return out[()] if out.ndim == 0 else out
+
+
+def _chunks(n: int) -> list[tuple[int, int]]:
+    """Split [0, n) into one block-aligned range per thread (one range for small arrays)."""
+    per = -(-n // THREADS)
+    per = -(-per // BLOCK) * BLOCK
+    if THREADS == 1 or n < 4 * BLOCK:
+        return [(0, n)]
+    return [(lo, min(lo + per, n)) for lo in builtins.range(0, n, per)]
+
+
+@functools.lru_cache(maxsize=1)
+def _pool() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=THREADS, thread_name_prefix="fpemu-round")
 
 
 def _round_block(
@@ -202,7 +227,10 @@ def _overflow_rne(t: Any, f: Format, ovf: Overflow) -> Any:
         t *= 2.0 ** (f.emax - 1023)
         return t
     big = np_.abs(t) > f.max
-    np_.copyto(t, np_.copysign(np_.inf if ovf == "inf" else np_.nan, t), where=big)
+    if ovf == "nan":
+        np_.copyto(t, np_.nan, where=big)  # a NaN's sign means nothing: no copysign pass
+    else:
+        np_.copyto(t, np_.copysign(np_.inf, t), where=big)
     return t
 
 
@@ -273,7 +301,9 @@ def _check_overflow(f: Format, overflow: str | None) -> Overflow:
     if overflow not in OVERFLOWS:
         raise ValueError(f"overflow={overflow!r} is not one of {OVERFLOWS}")
     if overflow == "inf" and not f.has_inf:
-        raise ValueError(f"overflow='inf' but format {f.name} has no infinity; use 'nan' or 'saturate'")
+        raise ValueError(
+            f"overflow='inf' but format {f.name} has no infinity; use 'nan' or 'saturate'"
+        )
     if overflow == "nan" and not f.has_nan:
         raise ValueError(f"overflow='nan' but format {f.name} has no NaN; use 'saturate'")
     return overflow  # type: ignore[return-value]
@@ -302,9 +332,7 @@ def _as_float_array(x: Any, f: Format) -> Any:
             "convert it first, e.g. numpy.asarray(x, dtype=numpy.float64)"
         )
     if dt == np_.float32 and not _fits_float32(f):
-        raise ValueError(
-            f"format {f.name} has values that float32 cannot hold; pass x as float64"
-        )
+        raise ValueError(f"format {f.name} has values that float32 cannot hold; pass x as float64")
     return arr if arr.flags.c_contiguous else arr.copy(order="C")
 
 

@@ -33,9 +33,7 @@ def probe_points(fmt: Any, *, stride: int = 1) -> np.ndarray:
     gap = top - v[-2] if stride == 1 else top - oracle_values(fmt)[-2]
     extra = np.array([top + gap / 2, top + gap, 2 * top, 1e300, np.inf, np.nan])
     base = np.concatenate([v, mids, extra, -extra])
-    return np.concatenate(
-        [base, np.nextafter(base, np.inf), np.nextafter(base, -np.inf)]
-    )
+    return np.concatenate([base, np.nextafter(base, np.inf), np.nextafter(base, -np.inf)])
 
 
 def same_bits(a: Any, b: Any) -> np.ndarray:
@@ -53,7 +51,7 @@ def assert_same_bits(actual: Any, desired: Any, inputs: Any = None) -> None:
     a, d = np.asarray(actual, np.float64).reshape(-1), np.asarray(desired, np.float64).reshape(-1)
     x = None if inputs is None else np.asarray(inputs, np.float64).reshape(-1)
     rows = [
-        f"  [{i}] input={x[i]!r} " * (x is not None) + f"got {a[i]!r} ({a[i].hex()}) "
+        ("" if x is None else f"  [{i}] input={x[i]!r} ") + f"got {a[i]!r} ({a[i].hex()}) "
         f"want {d[i]!r} ({d[i].hex()})"
         for i in idx
     ]

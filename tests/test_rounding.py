@@ -69,7 +69,9 @@ def test_exhaustive_16bit(fmt: str, mode: str) -> None:
 def test_float32_input_every_midpoint(fmt: str) -> None:
     x = _valid_input(probe_points(fmt, stride=7 if FORMATS[fmt].bits > 8 else 1), fmt)
     with np.errstate(over="ignore"):
-        x32 = x.astype(np.float32)  # midpoints of <= 16-bit formats are float32-exact, neighbours not
+        x32 = x.astype(
+            np.float32
+        )  # midpoints of <= 16-bit formats are float32-exact, neighbours not
     got = fpemu.round(x32, fmt)
     assert got.dtype == np.float32
     assert_same_bits(got.astype(np.float64), oracle_round(x32.astype(np.float64), fmt, "rne"), x32)
@@ -111,13 +113,17 @@ def test_hypothesis_float32_inputs(case: tuple[str, str, float]) -> None:
 
 
 # -- properties ---------------------------------------------------------------------------------
-@given(st.sampled_from(NAMES), st.sampled_from(ALL_MODES), st.lists(st.floats(-1e6, 1e6), min_size=2))
+@given(
+    st.sampled_from(NAMES), st.sampled_from(ALL_MODES), st.lists(st.floats(-1e6, 1e6), min_size=2)
+)
 def test_properties(fmt: str, mode: str, xs: list[float]) -> None:
     x = np.sort(np.array(xs))
     kw = {"rng": np.random.default_rng(0)} if mode == "stochastic" else {}
     ovf = "saturate"  # keep results finite so that order comparisons are meaningful
     r = fpemu.round(x, fmt, mode=mode, overflow=ovf, **kw)
-    again = fpemu.round(r, fmt, mode=mode, overflow=ovf, **({"rng": np.random.default_rng(1)} if kw else {}))
+    again = fpemu.round(
+        r, fmt, mode=mode, overflow=ovf, **({"rng": np.random.default_rng(1)} if kw else {})
+    )
     assert_same_bits(again, r)  # idempotent
     down = fpemu.round(x, fmt, mode="rdown", overflow=ovf)
     up = fpemu.round(x, fmt, mode="rup", overflow=ovf)
@@ -212,7 +218,11 @@ def test_dtype_shape_and_scalars() -> None:
         (lambda: fpemu.round(np.ones(2, np.float16), "fp16"), TypeError, "float16"),
         (lambda: fpemu.round([True], "fp16"), TypeError, "dtype bool"),
         (lambda: fpemu.round(1.0, "fp7"), ValueError, "unknown format fmt='fp7'"),
-        (lambda: fpemu.round(1.0, "fp16", mode="nearest_odd"), ValueError, "mode='nearest_odd'.*rne"),
+        (
+            lambda: fpemu.round(1.0, "fp16", mode="nearest_odd"),
+            ValueError,
+            "mode='nearest_odd'.*rne",
+        ),
         (lambda: fpemu.round(1.0, "e4m3", overflow="inf"), ValueError, "has no infinity"),
         (lambda: fpemu.round(1.0, "fp4", overflow="nan"), ValueError, "has no NaN"),
         (lambda: fpemu.round(1.0, "fp16", overflow="wrap"), ValueError, "overflow='wrap'"),
@@ -251,6 +261,8 @@ def _custom_format(draw: st.DrawFn) -> fpemu.Format:
 @given(_custom_format(), st.sampled_from(DET_MODES), st.floats(allow_nan=False), st.booleans())
 def test_hypothesis_custom_formats(f: fpemu.Format, mode: str, x: float, scaled: bool) -> None:
     if scaled:  # bring x near the format's range
-        x = float(np.ldexp(np.frexp(x)[0], int(np.clip(np.frexp(x)[1], f.emin - f.mbits - 2, f.emax + 2))))
+        x = float(
+            np.ldexp(np.frexp(x)[0], int(np.clip(np.frexp(x)[1], f.emin - f.mbits - 2, f.emax + 2)))
+        )
     got = fpemu.round(np.array([x]), f, mode=mode)
     assert_same_bits(got, oracle_round([x], f, mode), [x])
