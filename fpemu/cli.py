@@ -2,9 +2,9 @@
 
 Each command module defines ``configure(parser)`` and ``run(args) -> int``.
 
->>> main(["formats", "--plain"]) == 0  # doctest: +ELLIPSIS
-name ...
-True
+>>> main(["tour", "--width", "80"])  # doctest: +ELLIPSIS
+─...fpemu tour...
+0
 """
 
 from __future__ import annotations

@@ -148,11 +148,13 @@ def round(  # noqa: A001 - the natural name; numpy has np.round too
     out = np_.empty_like(arr)
     src, dst = arr.reshape(-1), out.reshape(-1)
 
+    native = arr.dtype == np_.float32 and m is RoundMode.RNE and _rne32_ok(f)
+
     def work(lo: int, hi: int) -> None:
         with np.errstate(over="ignore", invalid="ignore"):  # errstate is per thread
             for i in builtins.range(lo, hi, BLOCK):
                 j = min(i + BLOCK, hi)
-                blk = src[i:j].astype(np_.float64, copy=False)
+                blk = src[i:j] if native else src[i:j].astype(np_.float64, copy=False)
                 dst[i:j] = _round_block(blk, f, m, sub, ovf, rng)
 
     chunks = _chunks(src.size) if rng is None and np_ is np else [(0, src.size)]
@@ -167,7 +169,7 @@ def _chunks(n: int) -> list[tuple[int, int]]:
     """Split [0, n) into one block-aligned range per thread (one range for small arrays)."""
     per = -(-n // THREADS)
     per = -(-per // BLOCK) * BLOCK
-    if THREADS == 1 or n < 4 * BLOCK:
+    if THREADS == 1 or n < 16 * BLOCK:  # below this, thread hand-off costs more than it saves
         return [(0, n)]
     return [(lo, min(lo + per, n)) for lo in builtins.range(0, n, per)]
 
@@ -180,7 +182,10 @@ def _pool() -> ThreadPoolExecutor:
 def _round_block(
     x: Any, f: Format, m: RoundMode, sub: bool, ovf: Overflow, rng: np.random.Generator | None
 ) -> Any:
-    if m is RoundMode.RNE and f.mbits <= 50:
+    if m is RoundMode.RNE and x.dtype == np.float32 and _float32_exponent(f):
+        t = _rne_bits32(x, f)
+        t = t if ovf == "inf" else _overflow_rne(t, f, ovf)
+    elif m is RoundMode.RNE and (f.mbits <= 50 if x.dtype == np.float64 else _rne32_ok(f)):
         t = _rne_fast(x, f)
         t = _overflow_rne(t, f, ovf)
     else:
@@ -195,10 +200,12 @@ def _round_block(
 
 def _rne_fast(x: Any, f: Format) -> Any:
     np_ = xp(x)
-    table = _k_table(f)
+    wide = x.dtype == np_.float64
+    table = _k_table(f, 64 if wide else 32)
     if np_ is not np:
         table = np_.asarray(table)
-    idx = x.view(np_.uint64) >> np_.uint64(52)  # sign and biased exponent: 12 bits
+    uint, frac = (np_.uint64, 52) if wide else (np_.uint32, 23)
+    idx = x.view(uint) >> uint(frac)  # sign and biased exponent: the table's index
     k = table.take(idx)
     t = x + k
     t -= k  # exact: t is now x rounded (ties to even) to the format's quantum
@@ -208,23 +215,49 @@ def _rne_fast(x: Any, f: Format) -> Any:
 
 
 @functools.lru_cache(maxsize=64)
-def _k_table(f: Format) -> np.ndarray:
-    """K = 1.5 * 2**52 * quantum for every (sign, biased float64 exponent) pair."""
-    e = np.arange(2048) - 1023
+def _k_table(f: Format, width: int) -> np.ndarray:
+    """K = 1.5 * 2**frac * quantum for every (sign, biased exponent) of float64 or float32."""
+    frac, ebias, emax = (52, 1023, 1023) if width == 64 else (23, 127, 127)
+    e = np.arange(2 * ebias + 2) - ebias
     q = np.maximum(e, f.emin) - f.mbits
-    q = np.minimum(q, 1023 - 53)  # beyond the format's range any finite K will do
-    k = np.ldexp(1.5, q + 52)
+    q = np.minimum(q, emax - frac - 1)  # beyond the format's range any finite K will do
+    k = np.ldexp(1.5, q + frac).astype(np.float64 if width == 64 else np.float32)
     return np.concatenate([k, k])
+
+
+def _rne32_ok(f: Format) -> bool:
+    """Whether float32 input can be rounded to ``f`` without widening to float64."""
+    return _float32_exponent(f) or (
+        f.mbits <= 21 and f.emin - f.mbits >= -149 and f.emax - f.mbits <= 104  # K stays finite
+    )
+
+
+def _float32_exponent(f: Format) -> bool:
+    """Formats that are float32 with a shorter fraction (bfloat16, tf32)."""
+    return f.ebits == 8 and f.bias == 127 and f.specials == "ieee" and f.mbits <= 22
+
+
+def _rne_bits32(x: Any, f: Format) -> Any:
+    """Round float32 to a float32-exponent format by integer arithmetic on the bit pattern."""
+    np_ = xp(x)
+    s = np_.uint32(23 - f.mbits)
+    b = x.view(np_.uint32)
+    r = b + np_.uint32((1 << (23 - f.mbits - 1)) - 1) + ((b >> s) & np_.uint32(1))
+    r &= np_.uint32(~((1 << (23 - f.mbits)) - 1) & 0xFFFFFFFF)  # carries overflow into inf
+    t = r.view(np_.float32)
+    np_.copyto(t, np_.float32(np_.nan), where=np_.isnan(x))  # a payload must not round into inf
+    return t
 
 
 def _overflow_rne(t: Any, f: Format, ovf: Overflow) -> Any:
     np_ = xp(t)
     if ovf == "saturate":
         return np_.clip(t, -f.max, f.max, out=t)
+    top = 1023 if t.dtype == np_.float64 else 127
     if ovf == "inf" and f.specials != "fn" and f.emax >= 0:
-        # |t| > max  <=>  |t| >= 2**(emax+1)  <=>  |t * 2**(1023-emax)| overflows to inf
-        t *= 2.0 ** (1023 - f.emax)
-        t *= 2.0 ** (f.emax - 1023)
+        # |t| > max  <=>  |t| >= 2**(emax+1)  <=>  |t * 2**(top-emax)| overflows to inf
+        t *= t.dtype.type(2.0 ** (top - f.emax))
+        t *= t.dtype.type(2.0 ** (f.emax - top))
         return t
     big = np_.abs(t) > f.max
     if ovf == "nan":
