@@ -7,6 +7,10 @@
 0.0
 """
 
+from fpemu import tensorcore  # registers the Tensor Core accumulation models
+from fpemu.accumulate import dot, get_model, matmul, models, register_model
+from fpemu.arith import add, cast, div, fma, mul, sqrt, sub
+from fpemu.autograd import Tensor
 from fpemu.bits import (
     all_values,
     canonical_nan,
@@ -18,34 +22,70 @@ from fpemu.bits import (
     next_up,
     ulp,
 )
+from fpemu.error_analysis import compare_models, exact_matmul
 from fpemu.formats import ALIASES, FORMATS, Format, get_format
 from fpemu.limits import FInfo, finfo
+from fpemu.nn import MLP, Linear
+from fpemu.optim import SGD, Adam, clip_grad_norm
+from fpemu.policy import Policy, autocast, get_policy, preset_names
 from fpemu.rounding import RoundMode, get_mode, round
+from fpemu.scaling import get_scaler
 from fpemu.storage import format_of, from_storage, storage_dtype, to_storage
+from fpemu.tensorcore import tensor_core_matmul
+from fpemu.training import TrainResult, train
 
 __version__ = "0.1.0"
 
 __all__ = [
     "ALIASES",
     "FORMATS",
+    "MLP",
+    "SGD",
+    "Adam",
     "FInfo",
     "Format",
+    "Linear",
+    "Policy",
     "RoundMode",
+    "Tensor",
+    "TrainResult",
+    "add",
     "all_values",
+    "autocast",
     "canonical_nan",
+    "cast",
+    "clip_grad_norm",
     "code_dtype",
     "codes",
+    "compare_models",
     "decode",
+    "div",
+    "dot",
     "encode",
+    "exact_matmul",
     "finfo",
+    "fma",
     "format_of",
     "from_storage",
     "get_format",
     "get_mode",
+    "get_model",
+    "get_policy",
+    "get_scaler",
+    "matmul",
+    "models",
+    "mul",
     "next_down",
     "next_up",
+    "preset_names",
+    "register_model",
     "round",
+    "sqrt",
     "storage_dtype",
+    "sub",
+    "tensor_core_matmul",
+    "tensorcore",
     "to_storage",
+    "train",
     "ulp",
 ]

@@ -72,7 +72,8 @@ def encode(x: Any, fmt: FormatLike) -> Any:
     normal = (ex - 1 >= f.emin) & np_.isfinite(mag) & (mag != 0)
     e_field = np_.where(normal, ex - 1 + f.bias, 0)
     m_norm = np_.ldexp(mant, f.mbits + 1) - 2**f.mbits
-    m_sub = np_.ldexp(np_.where(np_.isfinite(mag), mag, 0.0), f.mbits - f.emin)
+    with np.errstate(over="ignore"):  # only subnormal positions are kept; others may overflow
+        m_sub = np_.ldexp(np_.where(np_.isfinite(mag), mag, 0.0), f.mbits - f.emin)
     m_field = np_.where(normal, m_norm, m_sub).astype(np_.uint64)
     code = (e_field.astype(np_.uint64) << np_.uint64(f.mbits)) | m_field
     if f.has_inf:

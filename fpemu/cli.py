@@ -19,6 +19,14 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "tour": ("fpemu.tour", "a guided terminal tour of what fpemu shows (no GPU, < 1 minute)"),
     "formats": ("fpemu.cli_formats", "table of every format's parameters"),
     "explain": ("fpemu.explain", "bits, fields, neighbours and roundings of a value"),
+    "tensorcore": (
+        "fpemu.tensorcore.compare",
+        "tensor-core result beside sequential FP32 and the exact result, in ulps",
+    ),
+    "train": ("fpemu.cli_train", "train a small MLP under an AMP policy and loss scaler"),
+    "experiment": ("fpemu.experiment", "the FP32 / FP16 / BF16 mixed-precision experiment"),
+    "validate": ("fpemu.validate.cli", "run a framework (PyTorch, Keras) beside fpemu"),
+    "crosscheck": ("fpemu.hardware.cli", "Tensor Core models against this machine's GPU"),
 }
 
 

@@ -62,8 +62,11 @@ class Format:
             raise ValueError(f"specials={self.specials!r} is not one of {SPECIALS}")
         if not isinstance(self.subnormals, bool):
             raise TypeError(f"subnormals must be a bool, got {self.subnormals!r}")
-        if self.specials == "ieee" and self.ebits < 2:
-            raise ValueError("specials='ieee' needs ebits >= 2 (one binade is reserved)")
+        if self.specials == "ieee" and (self.ebits < 2 or self.mbits < 1):
+            raise ValueError(
+                "specials='ieee' needs ebits >= 2 (one binade is reserved) and mbits >= 1 "
+                "(NaN needs a nonzero fraction); use specials='fn' or 'finite'"
+            )
         if self.specials == "fn" and self.ebits + self.mbits < 2:
             raise ValueError("specials='fn' needs ebits + mbits >= 2")
         # fpemu computes with float64: every value of the format must be a float64 number.

@@ -295,7 +295,7 @@ def _round_integer(y: Any, m: RoundMode, rng: np.random.Generator | None) -> Any
         away = (frac != 0) & (np_.fmod(r, 2) == 0)
     else:
         assert rng is not None
-        u = rng.random(y.shape)
+        u = np_.asarray(rng.random(y.shape))  # drawn on the host: the same on every namespace
         away = u < frac
     return r + np_.where(away, np_.sign(y), 0.0)
 

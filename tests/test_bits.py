@@ -96,3 +96,9 @@ def test_ulp_of_specials() -> None:
     got = fpemu.ulp(np.array([np.inf, -np.inf, np.nan, 1e-40]), "bf16")
     assert np.isinf(got[0]) and np.isinf(got[1]) and np.isnan(got[2])
     assert got[3] == FORMATS["bfloat16"].smallest_subnormal
+
+
+def test_float64_round_trip_without_warnings() -> None:
+    x = np.array([5e-324, -2.2250738585072014e-308, 1.0, -1.7976931348623157e308, 0.0])
+    assert_same_bits(fpemu.decode(fpemu.encode(x, "fp64"), "fp64"), x)
+    assert np.array_equal(fpemu.encode(x, "fp64"), x.view(np.uint64))

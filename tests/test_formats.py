@@ -83,6 +83,7 @@ def test_custom_format_is_data() -> None:
         ({"ebits": 4, "mbits": 3, "bias": 7, "specials": "odd"}, "specials='odd'"),
         ({"ebits": 11, "mbits": 10, "bias": 0}, "outside float64's range"),
         ({"ebits": 1, "mbits": 3, "bias": 0, "specials": "ieee"}, "needs ebits >= 2"),
+        ({"ebits": 4, "mbits": 0, "bias": 7, "specials": "ieee"}, "mbits >= 1"),
     ],
 )
 def test_bad_custom_formats_are_refused(kwargs: dict, match: str) -> None:
