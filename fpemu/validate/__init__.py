@@ -1,0 +1,33 @@
+"""Validate fpemu against real frameworks (PyTorch CPU, Keras 3), and your own scaler's trace.
+
+Everything here runs the framework and compares bit patterns; nothing is hard-coded from what a
+framework "should" do. torch and keras are optional and imported only by the checks that need
+them, so this package imports without them.
+
+* :func:`validate_torch` runs every check and returns a :class:`Report` (rich table, JSON,
+  markdown); the command line is ``fpemu validate torch``.
+* :class:`ScalerRecorder` and :func:`check_trace` check a loss-scale trace you recorded against
+  a framework's rules (torch, Keras 3, tf.keras, Apex, ...).
+
+>>> rec = ScalerRecorder()
+>>> rec.record(1024.0, found_inf=True)
+>>> rec.record(512.0, found_inf=False)
+>>> check_trace(rec, rules="torch").status
+'agree'
+"""
+
+from fpemu.validate.recorder import ScalerRecorder, TraceEntry, check_trace
+from fpemu.validate.report import STATUSES, CheckResult, Report
+from fpemu.validate.suite import SECTIONS, environment, validate_torch
+
+__all__ = [
+    "SECTIONS",
+    "STATUSES",
+    "CheckResult",
+    "Report",
+    "ScalerRecorder",
+    "TraceEntry",
+    "check_trace",
+    "environment",
+    "validate_torch",
+]
