@@ -155,7 +155,10 @@ def round(  # noqa: A001 - the natural name; numpy has np.round too
             for i in builtins.range(lo, hi, BLOCK):
                 j = min(i + BLOCK, hi)
                 blk = src[i:j] if native else src[i:j].astype(np_.float64, copy=False)
-                dst[i:j] = _round_block(blk, f, m, sub, ovf, rng)
+                into = dst[i:j] if blk.dtype == dst.dtype else None  # write in place when we can
+                res = _round_block(blk, f, m, sub, ovf, rng, into)
+                if res is not into:
+                    dst[i:j] = res
 
     chunks = _chunks(src.size) if rng is None and np_ is np else [(0, src.size)]
     if len(chunks) == 1:
@@ -180,13 +183,19 @@ def _pool() -> ThreadPoolExecutor:
 
 
 def _round_block(
-    x: Any, f: Format, m: RoundMode, sub: bool, ovf: Overflow, rng: np.random.Generator | None
+    x: Any,
+    f: Format,
+    m: RoundMode,
+    sub: bool,
+    ovf: Overflow,
+    rng: np.random.Generator | None,
+    into: Any = None,
 ) -> Any:
     if m is RoundMode.RNE and x.dtype == np.float32 and _float32_exponent(f):
         t = _rne_bits32(x, f)
         t = t if ovf == "inf" else _overflow_rne(t, f, ovf)
     elif m is RoundMode.RNE and (f.mbits <= 50 if x.dtype == np.float64 else _rne32_ok(f)):
-        t = _rne_fast(x, f)
+        t = _rne_fast(x, f, into)
         t = _overflow_rne(t, f, ovf)
     else:
         t = _round_general(x, f, m, rng)
@@ -198,7 +207,7 @@ def _round_block(
     return t
 
 
-def _rne_fast(x: Any, f: Format) -> Any:
+def _rne_fast(x: Any, f: Format, into: Any = None) -> Any:
     np_ = xp(x)
     wide = x.dtype == np_.float64
     table = _k_table(f, 64 if wide else 32)
@@ -207,10 +216,12 @@ def _rne_fast(x: Any, f: Format) -> Any:
     uint, frac = (np_.uint64, 52) if wide else (np_.uint32, 23)
     idx = x.view(uint) >> uint(frac)  # sign and biased exponent: the table's index
     k = table.take(idx)
-    t = x + k
+    t = np_.add(x, k, out=into)
     t -= k  # exact: t is now x rounded (ties to even) to the format's quantum
-    if f.has_negative_zero:
-        np_.copysign(t, x, out=t)  # (x + K) - K turns -tiny into +0
+    if f.has_negative_zero:  # (x + K) - K turns -tiny into +0: put x's sign bit back
+        sign = uint(1 << (63 if wide else 31))
+        tb = t.view(uint)
+        np_.bitwise_or(tb, np_.bitwise_and(x.view(uint), sign), out=tb)
     return t
 
 

@@ -70,7 +70,8 @@ class Arch:
         name: canonical name (``"a100"``).
         sm: compute capability (``"sm_80"``).
         extra_bits: alignment bits beyond 23 for FP16/BF16/TF32 (``F = 23 + extra_bits``).
-        blocks: products per fused block, by input family (fp16, bf16, tf32, fp8).
+        blocks: products per fused block, by input family (fp16, bf16, tf32, fp8); FP8 run
+            via FP16 uses the fp16 block (the instruction has two of them).
         fp8_acc: block result format of the native FP8 path with FP32 accumulation (None:
             FP32 accumulation runs via FP16, see ``fp8_via_fp16``).
         fp8_frac_bits: ``F`` of the native FP8 path.
@@ -92,7 +93,7 @@ class Arch:
         """The fused block this architecture runs for ``fmt`` inputs and ``acc`` accumulation.
 
         Raises:
-            ValueError: the architecture has no such instruction, or it is not modelled.
+            ValueError: the architecture has no such instruction (format or accumulator).
 
         >>> ARCHS["h100"].block_spec(get_format("bf16"), get_format("fp32"))
         BlockSpec(n=16, frac_bits=25, result=ResultFormat(fmt=..., mode='rtz'), ...)
