@@ -1,12 +1,17 @@
 """A tiny array-valued reverse-mode autograd engine whose every rounding is explicit.
 
-A :class:`Tensor` is a NumPy array plus the :class:`~fpemu.formats.Format` its values are exactly
+A :class:`Tensor` is an array plus the :class:`~fpemu.formats.Format` its values are exactly
 representable in. Values are stored in float32 when the format fits in float32 (float16,
 bfloat16, float8, ...), else in float64. Ops (in :mod:`fpemu.functional`) pick their formats from
-a :class:`~fpemu.policy.Policy`, compute in float32/float64 NumPy "opmath" and round each result
+a :class:`~fpemu.policy.Policy`, compute in float32/float64 "opmath" and round each result
 with an explicit :func:`fpemu.rounding.round` call; matmuls go through
 :func:`fpemu.accumulate.matmul`. Each op keeps its forward and its ``_backward`` closure side by
 side; the backward pass is a topological sort of the graph.
+
+The array is a NumPy or a CuPy array: every op takes its namespace from its data with
+:func:`fpemu.backend.xp`, so a graph built on device arrays stays on the device
+(:meth:`fpemu.nn.Module.to` moves a model's parameters there). Roundings and accumulation models
+give the same bits on both; opmath functions (exp, tanh, reductions) are the namespace's own.
 
 Gradients are rounded to the format of the tensor they belong to (``grad_fmt``, by default the
 tensor's own format), as PyTorch stores a tensor's ``.grad`` in the tensor's dtype. The backward
@@ -27,15 +32,23 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 
 import numpy as np
 
 from fpemu import rounding
+from fpemu.backend import to_numpy, xp
 from fpemu.formats import Format, FormatLike, get_format
 from fpemu.policy import Policy, autocast, get_policy
 
-__all__ = ["GradCheck", "Tensor", "autocast", "cast", "gradcheck", "round_to", "work_dtype"]
+__all__ = [
+    "Array", "GradCheck", "Tensor", "autocast", "cast", "gradcheck", "round_to", "to_namespace",
+    "work_dtype",
+]  # fmt: skip
+
+#: A NumPy or CuPy array (its namespace comes from :func:`fpemu.backend.xp`).
+Array = Any
 
 _F32 = np.finfo(np.float32)
 _FLOAT32 = get_format("float32")
@@ -56,7 +69,7 @@ def _work_dtype(f: Format) -> type[np.floating[Any]]:
     return np.float32 if fits else np.float64
 
 
-def round_to(x: Any, fmt: FormatLike) -> np.ndarray:
+def round_to(x: Any, fmt: FormatLike) -> Array:
     """Round ``x`` to ``fmt`` (RNE, the format's own subnormal/overflow rules) in its storage dtype.
 
     A float32 array rounded to float32 (or float64 to float64) is returned as is: that rounding
@@ -67,7 +80,8 @@ def round_to(x: Any, fmt: FormatLike) -> np.ndarray:
     """
     f = get_format(fmt)
     dt = work_dtype(f)
-    arr = np.asarray(x)
+    m = xp(x)
+    arr = m.asarray(x)
     if arr.dtype not in (np.float32, np.float64):
         arr = arr.astype(np.float64)
     if (f.name == "float32" and arr.dtype == np.float32) or (
@@ -82,8 +96,23 @@ def round_to(x: Any, fmt: FormatLike) -> np.ndarray:
             return arr.astype(np.float32)
     if arr.dtype == np.float32 and dt == np.float64:
         arr = arr.astype(np.float64)
-    out = np.asarray(rounding.round(arr, f))
+    out = m.asarray(rounding.round(arr, f))
     return out.astype(dt, copy=False)
+
+
+def to_namespace(a: Any, module: ModuleType, *, copy: bool = False) -> Array:
+    """``a`` as an array of ``module`` (numpy or cupy): an explicit host/device transfer.
+
+    Device arrays reach NumPy through :func:`fpemu.backend.to_numpy` (CuPy refuses implicit
+    conversion); anything else goes through ``module.asarray``. ``copy=True`` always copies.
+
+    >>> a = np.ones(2)
+    >>> to_namespace(a, np) is a, to_namespace(a, np, copy=True) is a
+    (True, False)
+    """
+    if module is np:
+        return np.array(to_numpy(a)) if copy else to_numpy(a)
+    return module.array(a) if copy else module.asarray(a)
 
 
 class Tensor:
@@ -120,7 +149,7 @@ class Tensor:
         requires_grad: bool = False,
         name: str = "",
     ) -> None:
-        arr = np.asarray(data)
+        arr = xp(data).asarray(data)
         if arr.dtype.kind not in "fiub":
             raise TypeError(f"data must be a real numeric array, got dtype {arr.dtype}")
         if fmt is None:
@@ -128,9 +157,9 @@ class Tensor:
         if not isinstance(requires_grad, bool):
             raise TypeError(f"requires_grad must be a bool, got {requires_grad!r}")
         self.fmt: Format = get_format(fmt)
-        self.data: np.ndarray = round_to(arr, self.fmt)
+        self.data: Array = round_to(arr, self.fmt)
         self.grad_fmt: Format = self.fmt
-        self.grad: np.ndarray | None = None
+        self.grad: Array | None = None
         self.requires_grad = requires_grad
         self.name = name
         self.op = "leaf"
@@ -138,7 +167,7 @@ class Tensor:
         self._backward: Callable[[], None] | None = None
 
     @classmethod
-    def derived(cls, data: np.ndarray, fmt: Format, parents: Sequence[Tensor], op: str) -> Tensor:
+    def derived(cls, data: Array, fmt: Format, parents: Sequence[Tensor], op: str) -> Tensor:
         """Make an op result: ``data`` must already be exact in ``fmt`` (no rounding here).
 
         Set ``result._backward`` to a closure that reads ``result.grad`` and calls
@@ -151,7 +180,7 @@ class Tensor:
         return t
 
     # -- gradients ---------------------------------------------------------------------------
-    def accumulate(self, g: np.ndarray, *, exact: bool = False) -> None:
+    def accumulate(self, g: Array, *, exact: bool = False) -> None:
         """Add ``g`` to ``grad``, rounding to ``grad_fmt`` (the sum is rounded again).
 
         ``exact=True`` promises that ``g`` already holds ``grad_fmt`` values in the storage dtype
@@ -159,7 +188,10 @@ class Tensor:
         """
         if not self.requires_grad:
             return
-        g = np.asarray(g, work_dtype(self.grad_fmt)) if exact else round_to(g, self.grad_fmt)
+        if exact:
+            g = xp(g).asarray(g, work_dtype(self.grad_fmt))
+        else:
+            g = round_to(g, self.grad_fmt)
         g = g if g.flags.c_contiguous else g.copy()
         if g.shape != self.data.shape:
             raise ValueError(f"gradient shape {g.shape} != tensor shape {self.data.shape}")
@@ -178,7 +210,7 @@ class Tensor:
         if grad is None:
             if self.data.size != 1:
                 raise ValueError(f"grad is needed for a non-scalar tensor of shape {self.shape}")
-            grad = np.ones_like(self.data)
+            grad = xp(self.data).ones_like(self.data)
         order: list[Tensor] = []
         seen: set[int] = set()
         stack: list[tuple[Tensor, bool]] = [(self, False)]
@@ -194,7 +226,8 @@ class Tensor:
             stack.extend((p, False) for p in node._prev if p.requires_grad)
         was = self.requires_grad
         self.requires_grad = True
-        self.accumulate(np.broadcast_to(np.asarray(grad, dtype=self.data.dtype), self.shape))
+        m = xp(self.data)  # a NumPy ``grad`` for device data is copied over explicitly
+        self.accumulate(m.broadcast_to(m.asarray(grad, dtype=self.data.dtype), self.shape))
         self.requires_grad = was
         for node in reversed(order):
             if node._backward is not None and node.grad is not None:
@@ -207,8 +240,8 @@ class Tensor:
         return tuple(self.data.shape)
 
     def numpy(self) -> np.ndarray:
-        """The values as a NumPy array (no copy)."""
-        return self.data
+        """The values as a NumPy array (no copy for NumPy data, a host copy for device data)."""
+        return to_numpy(self.data)
 
     def item(self) -> float:
         """The value of a one-element tensor as a Python float.
@@ -299,7 +332,8 @@ def gradcheck(
     ``fn`` takes Tensors and returns a Tensor; a non-scalar result is contracted with a fixed
     random array first. The numeric derivative evaluates ``fn`` on float64 inputs under
     ``ref_policy`` (float64 arithmetic throughout). Inputs are rounded to the policy's ``param``
-    format first so both sides see the same point.
+    format first so both sides see the same point. A host tool: ``inputs`` are NumPy arrays
+    and ``fn`` runs on NumPy.
 
     >>> from fpemu import functional as fn
     >>> gradcheck(lambda x: fn.tanh(x), [np.array([0.3, -1.2])]).ok

@@ -2,8 +2,10 @@
 
 Every op asks the policy (``policy=`` or the active :func:`~fpemu.policy.autocast`) for its
 compute and output formats, casts its floating inputs to the compute format with the
-differentiable :func:`~fpemu.autograd.cast`, computes in float32/float64 NumPy ("opmath", as
-PyTorch computes half ops in float) and rounds the result once with :func:`round_to`. Matmuls
+differentiable :func:`~fpemu.autograd.cast`, computes in float32/float64 "opmath" (as PyTorch
+computes half ops in float) and rounds the result once with :func:`round_to`. Array functions
+come from the data's namespace (:func:`fpemu.backend.xp`: NumPy or CuPy); constants and labels
+given as host arrays are copied to the operand's namespace. Matmuls
 run through :func:`fpemu.accumulate.matmul` with the policy's accumulation format and model,
 and their result is rounded to the compute format by an explicit :func:`round_to`. Backward
 closures use the formats captured in the forward pass: gradients of an op's (cast) inputs are
@@ -29,11 +31,12 @@ from typing import Any
 import numpy as np
 
 from fpemu import accumulate, rounding
-from fpemu.autograd import Tensor, cast, round_to, work_dtype
+from fpemu.autograd import Array, Tensor, cast, round_to, work_dtype
+from fpemu.backend import xp
 from fpemu.formats import Format
 from fpemu.policy import Policy, current_policy, get_policy
 
-Arr = np.ndarray
+Arr = Array  # a NumPy or CuPy array
 _GELU_C = float(np.sqrt(2.0 / np.pi))
 
 
@@ -67,11 +70,12 @@ def _mm(a: Arr, b: Arr, comp: Format, pol: Policy, c: Arr | None = None) -> Arr:
     if comp.name == "float64":
         acc, model = comp, "blas64"
     shape = (a.shape[0], b.shape[1])
-    cc = None if c is None else np.broadcast_to(np.asarray(round_to(c, acc), np.float64), shape)
+    m = xp(a, b)
+    cc = None if c is None else m.broadcast_to(m.asarray(round_to(c, acc), np.float64), shape)
     y = accumulate.get_model(model)(
-        np.asarray(a, np.float64), np.asarray(b, np.float64), cc, fmt=comp, acc=acc, out=acc
+        m.asarray(a, np.float64), m.asarray(b, np.float64), cc, fmt=comp, acc=acc, out=acc
     )
-    return np.asarray(y, _wd(acc))  # exact: y holds acc values
+    return m.asarray(y, _wd(acc))  # exact: y holds acc values
 
 
 def _blas64(a: Arr, b: Arr, c: Arr | None, *, fmt: Format, acc: Format, out: Format,
@@ -81,23 +85,27 @@ def _blas64(a: Arr, b: Arr, c: Arr | None, *, fmt: Format, acc: Format, out: For
         raise TypeError(f"model 'blas64' takes no options, got {sorted(options)}")
     if acc.name != "float64":
         raise ValueError(f"model 'blas64' accumulates in float64 only, got acc={acc.name}")
-    s = np.matmul(a, b) if c is None else np.matmul(a, b) + c
-    return s if out.name == "float64" else np.asarray(rounding.round(s, out))
+    m = xp(a, b)
+    s = m.matmul(a, b) if c is None else m.matmul(a, b) + c
+    return s if out.name == "float64" else m.asarray(rounding.round(s, out))
 
 
 if "blas64" not in accumulate.models():
     accumulate.register_model("blas64", _blas64, description="numpy.matmul in float64 (BLAS order)")
 
 
-def _as_tensor(v: Tensor | float | np.ndarray, like: Tensor) -> Tensor:
+def _as_tensor(v: Tensor | float | Arr, like: Tensor) -> Tensor:
     """A Python number is "weak" (as in PyTorch): it takes the other operand's format. A NumPy
     float array or scalar is a constant tensor of its own dtype (a 0-d float32 loss scale stays
-    float32, so ``fp16_loss * scale`` is float32, amp.md 1.3)."""
+    float32, so ``fp16_loss * scale`` is float32, amp.md 1.3). Constants are made in ``like``'s
+    namespace (a host scalar or array is copied to the device of device data)."""
     if isinstance(v, Tensor):
         return v
-    if isinstance(v, (np.ndarray, np.generic)) and v.dtype in (np.float32, np.float64):
-        return Tensor(v, "float32" if v.dtype == np.float32 else "float64")
-    return Tensor(np.asarray(v, np.float64), like.fmt)
+    m = xp(like.data)
+    dt = getattr(v, "dtype", None)  # NumPy/CuPy arrays and NumPy scalars; Python numbers: None
+    if dt in (np.float32, np.float64):
+        return Tensor(m.asarray(v), "float32" if dt == np.float32 else "float64")
+    return Tensor(m.asarray(v, np.float64), like.fmt)
 
 
 def _unbroadcast(g: Arr, shape: tuple[int, ...]) -> Arr:
@@ -139,7 +147,7 @@ def linear(x: Tensor, w: Tensor, b: Tensor | None = None, *, policy: Policy | st
         if wc.requires_grad:
             wc.accumulate(_mm(g.T, xc.data, comp, pol))
         if bc is not None and bc.requires_grad:  # a sum is a matmul with ones: same accumulator
-            bc.accumulate(_mm(np.ones((1, g.shape[0])), g, comp, pol)[0])
+            bc.accumulate(_mm(xp(g).ones((1, g.shape[0])), g, comp, pol)[0])
 
     y._backward = _backward
     return _finish(y, outf)
@@ -185,7 +193,7 @@ def _binary(op: str, a: Any, b: Any, policy: Policy | str | None) -> Tensor:
         for t, other in ((ac, bv), (bc, av)):
             if t.requires_grad:
                 gt = g if op == "add" else g.astype(_wd(comp)) * other
-                t.accumulate(_unbroadcast(np.asarray(gt), t.shape))
+                t.accumulate(_unbroadcast(xp(gt).asarray(gt), t.shape))
 
     y._backward = _backward
     return _finish(y, outf)
@@ -220,7 +228,7 @@ def _unary(
     wd = _wd(comp)
     xv = xc.data.astype(wd, copy=False)
     if exact:
-        y = Tensor.derived(np.asarray(fwd(xv)), comp, (xc,), op)
+        y = Tensor.derived(xp(xv).asarray(fwd(xv)), comp, (xc,), op)
     else:
         y = _result(fwd(xv), comp, (xc,), op)
 
@@ -239,14 +247,19 @@ def relu(x: Tensor, *, policy: Policy | str | None = None) -> Tensor:
     >>> relu(Tensor([-1.0, 2.0])).data
     array([0., 2.])
     """
-    return _unary("relu", x, lambda v: np.maximum(v, 0.0),
-                  lambda v, y, g: np.where(v > 0, g, 0.0), policy, exact=True)  # fmt: skip
+    return _unary("relu", x, lambda v: xp(v).maximum(v, 0.0),
+                  lambda v, y, g: xp(v, g).where(v > 0, g, 0.0), policy, exact=True)  # fmt: skip
+
+
+def _gelu(v: Arr) -> Arr:
+    return 0.5 * v * (1 + xp(v).tanh(_GELU_C * (v + 0.044715 * v**3)))
 
 
 def _gelu_grad(v: Arr, g: Arr) -> Arr:
-    t = np.tanh(_GELU_C * (v + 0.044715 * v**3))
-    return np.asarray(g * (0.5 * (1 + t) + 0.5 * v * (1 - t * t) * _GELU_C
-                           * (1 + 3 * 0.044715 * v * v)))  # fmt: skip
+    m = xp(v, g)
+    t = m.tanh(_GELU_C * (v + 0.044715 * v**3))
+    return m.asarray(g * (0.5 * (1 + t) + 0.5 * v * (1 - t * t) * _GELU_C
+                          * (1 + 3 * 0.044715 * v * v)))  # fmt: skip
 
 
 def gelu(x: Tensor, *, policy: Policy | str | None = None) -> Tensor:
@@ -255,10 +268,7 @@ def gelu(x: Tensor, *, policy: Policy | str | None = None) -> Tensor:
     >>> round(float(gelu(Tensor([1.0])).data[0]), 6)
     0.841192
     """
-    return _unary(
-        "gelu", x, lambda v: 0.5 * v * (1 + np.tanh(_GELU_C * (v + 0.044715 * v**3))),
-        lambda v, y, g: _gelu_grad(v, g), policy,
-    )  # fmt: skip
+    return _unary("gelu", x, _gelu, lambda v, y, g: _gelu_grad(v, g), policy)
 
 
 def tanh(x: Tensor, *, policy: Policy | str | None = None) -> Tensor:
@@ -267,7 +277,7 @@ def tanh(x: Tensor, *, policy: Policy | str | None = None) -> Tensor:
     >>> tanh(Tensor([0.0])).data
     array([0.])
     """
-    return _unary("tanh", x, np.tanh, lambda v, y, g: g * (1 - y * y), policy)
+    return _unary("tanh", x, lambda v: xp(v).tanh(v), lambda v, y, g: g * (1 - y * y), policy)
 
 
 def sigmoid(x: Tensor, *, policy: Policy | str | None = None) -> Tensor:
@@ -276,14 +286,15 @@ def sigmoid(x: Tensor, *, policy: Policy | str | None = None) -> Tensor:
     >>> sigmoid(Tensor([0.0])).data
     array([0.5])
     """
-    return _unary("sigmoid", x, lambda v: 1 / (1 + np.exp(-v)),
+    return _unary("sigmoid", x, lambda v: 1 / (1 + xp(v).exp(-v)),
                   lambda v, y, g: g * y * (1 - y), policy)  # fmt: skip
 
 
 # -- reductions and fused ops -----------------------------------------------------------------
 def _logsumexp(v: Arr) -> Arr:
-    m = np.max(v, axis=-1, keepdims=True)
-    return np.asarray(m + np.log(np.sum(np.exp(v - m), axis=-1, keepdims=True)))
+    ns = xp(v)
+    m = ns.max(v, axis=-1, keepdims=True)
+    return ns.asarray(m + ns.log(ns.sum(ns.exp(v - m), axis=-1, keepdims=True)))
 
 
 def softmax(x: Tensor, *, policy: Policy | str | None = None) -> Tensor:
@@ -292,8 +303,8 @@ def softmax(x: Tensor, *, policy: Policy | str | None = None) -> Tensor:
     >>> softmax(Tensor([[0.0, 0.0]])).data
     array([[0.5, 0.5]])
     """
-    return _unary("softmax", x, lambda v: np.exp(v - _logsumexp(v)),
-                  lambda v, y, g: y * (g - np.sum(g * y, axis=-1, keepdims=True)),
+    return _unary("softmax", x, lambda v: xp(v).exp(v - _logsumexp(v)),
+                  lambda v, y, g: y * (g - xp(g, y).sum(g * y, axis=-1, keepdims=True)),
                   policy)  # fmt: skip
 
 
@@ -304,7 +315,7 @@ def log_softmax(x: Tensor, *, policy: Policy | str | None = None) -> Tensor:
     array([[-0.69314718, -0.69314718]])
     """
     return _unary("log_softmax", x, lambda v: v - _logsumexp(v),
-                  lambda v, y, g: g - np.exp(y) * np.sum(g, axis=-1, keepdims=True),
+                  lambda v, y, g: g - xp(y).exp(y) * xp(g).sum(g, axis=-1, keepdims=True),
                   policy)  # fmt: skip
 
 
@@ -314,8 +325,8 @@ def sum(x: Tensor, *, policy: Policy | str | None = None) -> Tensor:  # noqa: A0
     >>> sum(Tensor([[1.0, 2.0], [3.0, 4.0]])).data
     array(10.)
     """
-    return _unary("sum", x, lambda v: np.asarray(np.sum(v)),
-                  lambda v, y, g: np.broadcast_to(g, v.shape), policy)  # fmt: skip
+    return _unary("sum", x, lambda v: xp(v).asarray(xp(v).sum(v)),
+                  lambda v, y, g: xp(g).broadcast_to(g, v.shape), policy)  # fmt: skip
 
 
 def mean(x: Tensor, *, policy: Policy | str | None = None) -> Tensor:
@@ -324,8 +335,8 @@ def mean(x: Tensor, *, policy: Policy | str | None = None) -> Tensor:
     >>> mean(Tensor([1.0, 2.0])).data
     array(1.5)
     """
-    return _unary("mean", x, lambda v: np.asarray(np.sum(v) / v.size),
-                  lambda v, y, g: np.broadcast_to(g / v.size, v.shape), policy)  # fmt: skip
+    return _unary("mean", x, lambda v: xp(v).asarray(xp(v).sum(v) / v.size),
+                  lambda v, y, g: xp(g).broadcast_to(g / v.size, v.shape), policy)  # fmt: skip
 
 
 def cross_entropy(logits: Tensor, target: Any, *, policy: Policy | str | None = None) -> Tensor:
@@ -334,7 +345,8 @@ def cross_entropy(logits: Tensor, target: Any, *, policy: Policy | str | None = 
     >>> round(float(cross_entropy(Tensor([[0.0, 0.0]]), [1]).data), 6)
     0.693147
     """
-    t = np.asarray(target)
+    m = xp(logits.data)
+    t = m.asarray(target)  # host labels for device logits are copied to the device
     if logits.data.ndim != 2:
         raise ValueError(f"cross_entropy needs logits of shape (B, C), got {logits.shape}")
     if t.dtype.kind not in "iu" or t.shape != (logits.shape[0],):
@@ -343,17 +355,17 @@ def cross_entropy(logits: Tensor, target: Any, *, policy: Policy | str | None = 
         )
     if t.size and (t.min() < 0 or t.max() >= logits.shape[1]):
         raise ValueError(
-            f"target labels must lie in [0, {logits.shape[1]}), got {t.min()}..{t.max()}"
+            f"target labels must lie in [0, {logits.shape[1]}), got {int(t.min())}..{int(t.max())}"
         )
-    rows = np.arange(t.size)
+    rows = m.arange(t.size)
 
     def fwd(v: Arr) -> Arr:
-        return np.asarray(-np.sum((v - _logsumexp(v))[rows, t]) / t.size)
+        return m.asarray(-m.sum((v - _logsumexp(v))[rows, t]) / t.size)
 
     def bwd(v: Arr, y: Arr, g: Arr) -> Arr:
-        p = np.exp(v - _logsumexp(v))
+        p = m.exp(v - _logsumexp(v))
         p[rows, t] -= 1
-        return np.asarray(p * (g / t.size))
+        return m.asarray(p * (g / t.size))
 
     return _unary("cross_entropy", logits, fwd, bwd, policy)
 
@@ -364,12 +376,16 @@ def mse(pred: Tensor, target: Tensor | Any, *, policy: Policy | str | None = Non
     >>> mse(Tensor([1.0, 3.0]), np.array([0.0, 1.0])).data
     array(2.5)
     """
-    tt = target if isinstance(target, Tensor) else Tensor(np.asarray(target, np.float64), pred.fmt)
+    if isinstance(target, Tensor):
+        tt = target
+    else:  # a host target for device predictions is copied to the device
+        tt = Tensor(xp(pred.data).asarray(target, np.float64), pred.fmt)
     if tt.shape != pred.shape:
         raise ValueError(f"mse target shape {tt.shape} != prediction shape {pred.shape}")
     (pc, tc), comp, outf, _ = _prep("mse", [pred, tt], policy)
     d = pc.data.astype(_wd(comp)) - tc.data.astype(_wd(comp))
-    y = _result(np.asarray(np.sum(d * d) / d.size), comp, (pc, tc), "mse")
+    m = xp(d)
+    y = _result(m.asarray(m.sum(d * d) / d.size), comp, (pc, tc), "mse")
 
     def _backward() -> None:
         assert y.grad is not None
@@ -395,7 +411,7 @@ def layer_norm(x: Tensor, weight: Tensor, bias: Tensor, *, eps: float = 1e-5,
     wd = _wd(comp)
     xv, wv = xc.data.astype(wd), wc.data.astype(wd)
     mu = xv.mean(axis=-1, keepdims=True)
-    inv = 1 / np.sqrt(((xv - mu) ** 2).mean(axis=-1, keepdims=True) + wd(eps))
+    inv = 1 / xp(xv).sqrt(((xv - mu) ** 2).mean(axis=-1, keepdims=True) + wd(eps))
     xhat = (xv - mu) * inv
     y = _result(xhat * wv + bc.data.astype(wd), comp, (xc, wc, bc), "layer_norm")
 

@@ -6,6 +6,10 @@ policy) and their gradients in ``grad``. Calling a module runs its ops under
 ``autocast(policy)``; an MLP also casts its input to ``model_input`` and its output to
 ``model_output`` when the policy says so (Apex O2/O3 patch ``forward`` that way, amp.md 4.1).
 
+Parameters are initialised on the host (NumPy, from a seeded generator, so every namespace
+starts from the same bits); :meth:`Module.to` moves them to another array namespace (CuPy), after
+which forward and backward run there.
+
 >>> import numpy as np
 >>> m = MLP([4, 8, 3], policy="torch_cuda_fp16", seed=0)
 >>> y = m(np.ones((2, 4), np.float32))
@@ -17,12 +21,14 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Mapping, Sequence
+from types import ModuleType
 from typing import Any
 
 import numpy as np
 
 from fpemu import functional as fn
-from fpemu.autograd import Tensor, cast, round_to
+from fpemu.autograd import Array, Tensor, cast, round_to, to_namespace
+from fpemu.backend import xp
 from fpemu.policy import Policy, autocast, get_policy
 
 #: Activation functions by name.
@@ -49,7 +55,24 @@ class Module:
         for p in self.parameters():
             p.zero_grad()
 
-    def state_dict(self) -> dict[str, np.ndarray]:
+    def to(self, module: ModuleType) -> Module:
+        """Move the parameters (and gradients) to the array namespace ``module``; returns self.
+
+        ``module`` is ``numpy`` or ``cupy`` (e.g. ``fpemu.backend.cupy_or_none()``); the values
+        are copied bit for bit. Build optimizers after moving: their master weights and state
+        live where the parameters were when they were made.
+
+        >>> m = Linear(2, 1).to(np)
+        >>> type(m.weight.data).__name__
+        'ndarray'
+        """
+        for p in self.parameters():
+            p.data = to_namespace(p.data, module)
+            if p.grad is not None:
+                p.grad = to_namespace(p.grad, module)
+        return self
+
+    def state_dict(self) -> dict[str, Array]:
         """Copies of the parameter arrays, by name (bit-exact round trip with load_state_dict)."""
         return {n: p.data.copy() for n, p in self.named_parameters()}
 
@@ -63,11 +86,12 @@ class Module:
         if set(state) != set(params):
             raise ValueError(f"state keys {sorted(state)} do not match parameters {sorted(params)}")
         for n, p in params.items():
-            v = np.asarray(state[n])
+            m = xp(p.data)
+            v = to_namespace(state[n], m)  # into the parameter's namespace
             if v.shape != p.shape:
                 raise ValueError(f"state[{n!r}] has shape {v.shape}, expected {p.shape}")
             r = round_to(v.astype(np.float64), p.fmt)
-            if not np.array_equal(r, v, equal_nan=True):
+            if not m.array_equal(r, v, equal_nan=True):
                 raise ValueError(f"state[{n!r}] holds values not representable in {p.fmt.name}")
             p.data = r.copy()
 
@@ -173,10 +197,11 @@ class MLP(Module):
                 out += self.norms[i].named_parameters()
         return out
 
-    def __call__(self, x: Tensor | np.ndarray) -> Tensor:
+    def __call__(self, x: Tensor | Array) -> Tensor:
         if not isinstance(x, Tensor):  # data arrives as float32 (float64 for a float64 policy)
             wide = self.policy.param.name == "float64"
-            x = Tensor(np.asarray(x, np.float64 if wide else np.float32))
+            m = xp(self.layers[0].weight.data)  # host data goes to the parameters' namespace
+            x = Tensor(m.asarray(to_namespace(x, m), np.float64 if wide else np.float32))
         t = x
         act = ACTIVATIONS[self.activation]
         with autocast(self.policy):

@@ -8,6 +8,8 @@ copies the result back into the model's parameters, rounding to their format. Op
 (momentum, Adam moments) lives in the master format, else in the parameter's format. Every
 stored result is rounded with :func:`~fpemu.autograd.round_to`; the arithmetic between roundings
 runs in float32 (formats that fit) or float64, following PyTorch's single-tensor update order.
+Parameters, gradients and state may be NumPy or CuPy arrays: array functions come from
+:func:`fpemu.backend.xp` of the data, and scalars stay Python/NumPy scalars.
 
 >>> import numpy as np
 >>> from fpemu.autograd import Tensor
@@ -26,10 +28,11 @@ from typing import Any
 
 import numpy as np
 
-from fpemu.autograd import Tensor, round_to, work_dtype
+from fpemu.autograd import Array, Tensor, round_to, to_namespace, work_dtype
+from fpemu.backend import xp
 from fpemu.formats import Format, FormatLike, get_format
 
-Grads = Sequence[np.ndarray | None]
+Grads = Sequence[Array | None]
 
 
 def _positive(arg: str, v: float, *, zero_ok: bool = False) -> float:
@@ -54,18 +57,18 @@ class Optimizer:
         self.master_fmt: Format | None = (
             None if master is None else get_format(master, arg="master")
         )
-        self.master: list[np.ndarray] | None = None
+        self.master: list[Array] | None = None
         if self.master_fmt is not None:
             mf = self.master_fmt
             self.master = [round_to(p.data.astype(np.float64), mf) for p in self.params]
         self.steps = 0
-        self.state: list[dict[str, np.ndarray]] = [{} for _ in self.params]
+        self.state: list[dict[str, Array]] = [{} for _ in self.params]
 
     def state_format(self, i: int) -> Format:
         """Format of parameter ``i``'s master copy and optimizer state."""
         return self.master_fmt if self.master_fmt is not None else self.params[i].fmt
 
-    def gradients(self) -> list[np.ndarray | None]:
+    def gradients(self) -> list[Array | None]:
         """Parameter gradients converted to the state format (master grads), or None if unset."""
         return [None if p.grad is None else round_to(p.grad, self.state_format(i))
                 for i, p in enumerate(self.params)]  # fmt: skip
@@ -97,7 +100,7 @@ class Optimizer:
             else:
                 p.data = new
 
-    def _update(self, i: int, w: np.ndarray, g: np.ndarray, f: Format) -> np.ndarray:
+    def _update(self, i: int, w: Array, g: Array, f: Format) -> Array:
         raise NotImplementedError
 
     def state_dict(self) -> dict[str, Any]:
@@ -123,12 +126,15 @@ class Optimizer:
         for k, v in sd["hyper"].items():
             setattr(self, k, v)
         self.steps = int(sd["steps"])
-        self.state = [{k: np.array(v) for k, v in s.items()} for s in sd["state"]]
+        ns = [xp(p.data) for p in self.params]  # state is copied into each parameter's namespace
+        self.state = [{k: to_namespace(v, m, copy=True) for k, v in s.items()}
+                      for s, m in zip(sd["state"], ns, strict=True)]  # fmt: skip
         if sd["master"] is not None:
-            self.master = [np.array(m) for m in sd["master"]]
+            self.master = [to_namespace(a, m, copy=True)
+                           for a, m in zip(sd["master"], ns, strict=True)]  # fmt: skip
 
 
-def _axpy(y: np.ndarray, alpha: float, x: np.ndarray, f: Format) -> np.ndarray:
+def _axpy(y: Array, alpha: float, x: Array, f: Format) -> Array:
     """``y + alpha*x`` as PyTorch's CPU ``add_(x, alpha=...)`` computes it.
 
     The scalar is first converted to the tensor's format (for float16, lr=0.1 becomes
@@ -158,7 +164,7 @@ class SGD(Optimizer):
         self.momentum = _positive("momentum", momentum, zero_ok=True)
         self.weight_decay = _positive("weight_decay", weight_decay, zero_ok=True)
 
-    def _update(self, i: int, w: np.ndarray, g: np.ndarray, f: Format) -> np.ndarray:
+    def _update(self, i: int, w: Array, g: Array, f: Format) -> Array:
         dt = w.dtype.type
         if self.weight_decay:
             g = _axpy(g, self.weight_decay, w, f)  # grad.add(param, alpha=weight_decay)
@@ -191,24 +197,25 @@ class Adam(Optimizer):
         self.eps = _positive("eps", eps, zero_ok=True)
         self.weight_decay = _positive("weight_decay", weight_decay, zero_ok=True)
 
-    def _update(self, i: int, w: np.ndarray, g: np.ndarray, f: Format) -> np.ndarray:
+    def _update(self, i: int, w: Array, g: Array, f: Format) -> Array:
         dt, st, t = w.dtype.type, self.state[i], self.steps
         if self.weight_decay:
             g = round_to(g + dt(self.weight_decay) * w, f)
-        m = st.get("exp_avg", np.zeros_like(w))
-        v = st.get("exp_avg_sq", np.zeros_like(w))
+        ns = xp(w)
+        m = st.get("exp_avg", ns.zeros_like(w))
+        v = st.get("exp_avg_sq", ns.zeros_like(w))
         # one rounding per in-place op of torch's _single_tensor_adam (state in format f)
         m = round_to(m + dt(1 - self.beta1) * (g - m), f)  # exp_avg.lerp_(grad, 1 - beta1)
         v = round_to(round_to(dt(self.beta2) * v, f) + dt(1 - self.beta2) * g * g, f)
         st["exp_avg"], st["exp_avg_sq"] = m, v
         step_size = self.lr / (1 - self.beta1**t)
-        denom = round_to(np.sqrt(v), f)
+        denom = round_to(ns.sqrt(v), f)
         denom = round_to(denom / dt(math.sqrt(1 - self.beta2**t)), f)
         denom = round_to(denom + dt(self.eps), f)  # eps=1e-8 is 0 in fp16: pure-fp16 Adam NaNs
         return round_to(w - dt(step_size) * (m / denom), f)  # param.addcdiv_(m, denom, -step)
 
 
-def clip_grad_norm(grads: Grads, max_norm: float) -> tuple[list[np.ndarray | None], float]:
+def clip_grad_norm(grads: Grads, max_norm: float) -> tuple[list[Array | None], float]:
     """Scale ``grads`` so their global L2 norm is at most ``max_norm`` (``clip_grad_norm_``).
 
     As PyTorch: ``coef = min(max_norm / (norm + 1e-6), 1)`` multiplies every gradient (an inf
@@ -220,7 +227,7 @@ def clip_grad_norm(grads: Grads, max_norm: float) -> tuple[list[np.ndarray | Non
     (5.0, [0.6, 0.8])
     """
     mx = _positive("max_norm", max_norm)
-    sq = [float(np.sum(np.square(g.astype(np.float64)))) for g in grads if g is not None]
+    sq = [float(xp(g).sum(xp(g).square(g.astype(np.float64)))) for g in grads if g is not None]
     total = math.sqrt(math.fsum(sq)) if sq else 0.0
     coef = min(mx / (total + 1e-6), 1.0) if math.isfinite(total) else mx / total
     with np.errstate(invalid="ignore"):

@@ -13,6 +13,12 @@ values), optional clipping, ``step`` unless an inf/NaN was found, ``update``. Wi
 > 1 each micro-batch loss is divided by the count and gradients accumulate in the gradient
 format before a single unscale/step/update.
 
+Array code here takes its namespace from its data (:func:`fpemu.backend.xp`): the forward and
+backward pass, the gradient statistics and :func:`accuracy` run on a model moved to CuPy with
+:meth:`~fpemu.nn.Module.to`. The loss scalers (:mod:`fpemu.scaling`) and :class:`GradView`
+(which hands them float16/bfloat16 storage arrays) are NumPy-only, so :func:`train_step` and
+:func:`train` run on the host; datasets and reports are NumPy.
+
 >>> r = train("moons", hidden=(8,), steps=3, batch_size=16, progress=False)
 >>> len(r.steps), r.steps[0].skipped
 (3, False)
@@ -30,6 +36,7 @@ import numpy as np
 
 from fpemu import functional as fn
 from fpemu.autograd import round_to
+from fpemu.backend import xp
 from fpemu.datasets import Dataset, get_dataset
 from fpemu.formats import Format
 from fpemu.nn import MLP
@@ -178,14 +185,15 @@ def classify(g: np.ndarray, fmt: Format) -> dict[str, float]:
     >>> classify(np.array([0.0, 1e-6, 1.0, np.inf]), get_policy("torch_cuda_fp16").compute)
     {'zero': 0.25, 'subnormal': 0.25, 'overflow': 0.25}
     """
-    a = np.abs(np.asarray(g, np.float64))
+    m = xp(g)
+    a = m.abs(m.asarray(g, np.float64))
     n = max(a.size, 1)
-    over = ~np.isfinite(a) | (a > fmt.max)
+    over = ~m.isfinite(a) | (a > fmt.max)
     with np.errstate(invalid="ignore"):
         return {
-            "zero": float(np.count_nonzero(a == 0)) / n,
-            "subnormal": float(np.count_nonzero((a > 0) & (a < fmt.tiny))) / n,
-            "overflow": float(np.count_nonzero(over)) / n,
+            "zero": float(m.count_nonzero(a == 0)) / n,
+            "subnormal": float(m.count_nonzero((a > 0) & (a < fmt.tiny))) / n,
+            "overflow": float(m.count_nonzero(over)) / n,
         }
 
 
@@ -196,7 +204,7 @@ def _layer_stats(model: MLP, fmt: Format, scale: float) -> dict[str, dict[str, d
         if p.grad is not None:
             groups.setdefault(name.rsplit(".", 1)[0], []).append(p.grad.reshape(-1))
     for layer, gs in groups.items():
-        g = np.concatenate(gs).astype(np.float64)
+        g = xp(*gs).concatenate(gs).astype(np.float64)
         with np.errstate(over="ignore", invalid="ignore"):
             before = round_to(g / scale, fmt) if scale != 1 else g
         out[layer] = {"after_scaling": classify(g, fmt), "before_scaling": classify(before, fmt)}
@@ -212,8 +220,9 @@ def accuracy(model: MLP, x: np.ndarray, y: np.ndarray) -> float:
     """
     with np.errstate(all="ignore"):
         logits = model(x).data.astype(np.float64)
-    pred = np.where(np.isnan(logits).any(axis=1), -1, np.argmax(np.nan_to_num(logits), axis=1))
-    return float(np.mean(pred == y))
+    m = xp(logits)  # host labels are compared on the model's device
+    pred = m.where(m.isnan(logits).any(axis=1), -1, m.argmax(m.nan_to_num(logits), axis=1))
+    return float(m.mean(pred == m.asarray(y)))
 
 
 def make_optimizer(name: str, model: MLP, *, lr: float, momentum: float = 0.9) -> Optimizer:
@@ -258,7 +267,8 @@ def _train_step(model: MLP, opt: Optimizer, scaler: LossScaler, x: np.ndarray, y
     scale = scaler.get_scale()
     opt.zero_grad()
     loss_total = 0.0
-    parts = zip(np.array_split(x, micro_batches), np.array_split(y, micro_batches), strict=True)
+    parts = zip(xp(x).array_split(x, micro_batches), xp(y).array_split(y, micro_batches),
+                strict=True)  # fmt: skip
     for xb, yb in parts:
         loss = fn.cross_entropy(model(xb), yb, policy=pol)
         if loss_weight != 1.0 or micro_batches > 1:
@@ -267,7 +277,7 @@ def _train_step(model: MLP, opt: Optimizer, scaler: LossScaler, x: np.ndarray, y
         scaler.scale(loss).backward()
     layer_stats = _layer_stats(model, pol.compute, scale) if stats else {}
     view = GradView(opt)
-    nonfinite = any(g is not None and not np.isfinite(g).all() for g in view.grads())
+    nonfinite = any(g is not None and not xp(g).isfinite(g).all() for g in view.grads())
     if clip is not None:  # unscale_ -> clip -> step -> update (amp.md 1.8)
         scaler.unscale_(view)
         clipped, _ = clip_grad_norm(view.grads(), clip)

@@ -290,20 +290,142 @@ def test_tensor_core_specials_and_fp16_accumulation_dispatch(fake: FakeCupy) -> 
 
 
 # ----------------------------------------------------------------------------- autograd
-@pytest.mark.xfail(
-    strict=True, raises=TypeError,
-    reason="fpemu/autograd.py is NumPy-only: Tensor.__init__ and round_to() call "
-           "np.asarray(data) on their input, so device data is refused at the first op",
-)  # fmt: skip
+def _check_many(fake: FakeCupy, fn: Callable[..., list[Any]], *args: Any) -> None:
+    """:func:`_check` for a function returning a list of arrays (every one compared)."""
+    want = fn(*args)
+    before = sum(fake.recorder.calls.values())
+    got = fn(*[to_device(a) if isinstance(a, np.ndarray) else a for a in args])
+    assert len(got) == len(want) > 0
+    for g, w in zip(got, want, strict=True):
+        _same_bits(g, w)
+    assert sum(fake.recorder.calls.values()) > before, "the fake namespace was never called"
+    assert fake.recorder.events == [], "\n".join(map(str, fake.recorder.events))
+
+
 def test_autograd_step_dispatches(fake: FakeCupy) -> None:
     from fpemu import functional as fn  # noqa: PLC0415
     from fpemu.autograd import Tensor  # noqa: PLC0415
+    from fpemu.optim import SGD  # noqa: PLC0415
 
-    def step(xa: Any, wa: Any) -> Any:
+    def step(xa: Any, wa: Any) -> list[Any]:
         x = Tensor(xa, "float32")
         w = Tensor(wa, "float32", requires_grad=True)
         fn.sum(fn.relu(fn.matmul(x, w, policy="torch_cuda_fp16"))).backward()
-        return w.grad
+        grad = w.grad
+        SGD([w], lr=0.1, momentum=0.9).step()
+        return [grad, w.data]
 
     xa, wa = _mat(4, 8).astype(np.float32), _mat(8, 3).astype(np.float32)
-    _check(fake, step, xa, wa)
+    _check_many(fake, step, xa, wa)
+
+
+_POLICIES = ["torch_cuda_fp16", "torch_cpu_bf16", "apex_O2", "naive_fp16", "float64"]
+
+
+@pytest.mark.parametrize("policy", _POLICIES)
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+def test_mlp_training_steps_dispatch(fake: FakeCupy, policy: str, optimizer: str) -> None:
+    """An MLP moved to the device: forward, loss, scaled backward, optimizer steps, clipping."""
+    from fpemu import functional as fn  # noqa: PLC0415
+    from fpemu.nn import MLP  # noqa: PLC0415
+    from fpemu.optim import SGD, Adam, clip_grad_norm  # noqa: PLC0415
+
+    def train(xa: Any, ya: Any) -> list[Any]:
+        model = MLP([6, 8, 5, 3], activation="gelu", norm=True, policy=policy, seed=1)
+        model.to(xp(xa))
+        params, master = model.parameters(), model.policy.master
+        opt = (
+            SGD(params, lr=0.1, momentum=0.9, weight_decay=1e-3, master=master)
+            if optimizer == "sgd"
+            else Adam(params, lr=1e-2, weight_decay=1e-3, master=master)
+        )
+        out: list[Any] = []
+        for _ in range(2):
+            opt.zero_grad()
+            with np.errstate(all="ignore"):  # pure-fp16 Adam's first step makes NaNs: data
+                loss = fn.cross_entropy(model(xa), ya, policy=model.policy)
+                fn.mul(loss, np.float32(1024.0)).backward()  # a NumPy scalar scale, as scalers
+                grads = opt.gradients()
+                clipped, _ = clip_grad_norm(grads, 1e3)
+            opt.step([None if g is None else g / 1024 for g in clipped])
+            out += [loss.data, *[g for g in grads if g is not None]]
+        return out + [p.data for p in params] + [v for s in opt.state for v in s.values()]
+
+    xa = _mat(5, 6).astype(np.float32)
+    ya = np.array([0, 2, 1, 1, 0])
+    _check_many(fake, train, xa, ya)
+
+
+@pytest.mark.parametrize("policy", ["torch_cuda_fp16", "float64"])
+def test_elementwise_and_fused_ops_dispatch(fake: FakeCupy, policy: str) -> None:
+    from fpemu import functional as fn  # noqa: PLC0415
+    from fpemu.autograd import Tensor, cast  # noqa: PLC0415
+    from fpemu.policy import autocast  # noqa: PLC0415
+
+    def graph(xa: Any, wa: Any, ba: Any, ta: Any) -> list[Any]:
+        fmt = "float64" if policy == "float64" else "float32"
+        x = Tensor(xa, fmt, requires_grad=True)
+        w = Tensor(wa, fmt, requires_grad=True)
+        b = Tensor(ba, fmt, requires_grad=True)
+        g = Tensor(xp(xa).ones(4), fmt, requires_grad=True)
+        z = Tensor(xp(xa).zeros(4), fmt, requires_grad=True)
+        with autocast(policy):
+            h = fn.linear(x, w) + b * 0.5 - 1.0  # bias (1, 4) broadcast: unbroadcast in backward
+            h = fn.layer_norm(h, g, z)
+            parts = [fn.tanh(h), fn.sigmoid(h), fn.softmax(h), fn.log_softmax(h),
+                     cast(fn.relu(h), "bf16")]  # fmt: skip
+            y = fn.mean(parts[0]) + fn.sum(fn.mul(parts[1], parts[2])) + fn.mean(parts[3])
+            y = y + fn.mse(parts[4], ta) + fn.sum(fn.gelu(h)) * np.float64(0.25)
+        y.backward()
+        return [y.data, *[t.data for t in parts], *[t.grad for t in (x, w, b, g, z)]]
+
+    xa, wa = _mat(3, 5).astype(np.float32), _mat(4, 5).astype(np.float32)
+    ba, ta = _mat(1, 4).astype(np.float32), _mat(3, 4)
+    _check_many(fake, graph, xa, wa, ba, ta)
+
+
+def test_model_to_and_state_dicts_move_between_namespaces(fake: FakeCupy) -> None:
+    from fpemu.nn import MLP  # noqa: PLC0415
+    from fpemu.optim import Adam  # noqa: PLC0415
+
+    host = MLP([3, 4, 2], policy="apex_O2", seed=2)
+    dev = MLP([3, 4, 2], policy="apex_O2", seed=2).to(fake)
+    assert all(is_device(p.data) for p in dev.parameters())
+    assert type(dev.parameters()[0].numpy()) is np.ndarray  # an explicit host copy
+    dev.load_state_dict(host.state_dict())  # host state goes to the device
+    host.load_state_dict(dev.state_dict())  # and back
+    for p, q in zip(host.parameters(), dev.parameters(), strict=True):
+        _same_bits(q.data, p.data)
+    opt = Adam(dev.parameters(), master="float32")
+    opt.load_state_dict(Adam(host.parameters(), master="float32").state_dict())
+    assert opt.master is not None and all(is_device(m) for m in opt.master)
+    assert dev.to(np) is dev and all(type(p.data) is np.ndarray for p in dev.parameters())
+    assert fake.recorder.events == [], "\n".join(map(str, fake.recorder.events))
+
+
+def test_training_statistics_and_accuracy_dispatch(fake: FakeCupy) -> None:
+    """Gradient statistics and accuracy of a device model equal the host ones."""
+    from fpemu import functional as fn  # noqa: PLC0415
+    from fpemu.nn import MLP  # noqa: PLC0415
+    from fpemu.training import _layer_stats, accuracy, classify  # noqa: PLC0415
+
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal((16, 4)) * 30.0).astype(np.float32)
+    y = rng.integers(0, 3, 16)
+    results = []
+    for dev in (False, True):
+        model = MLP([4, 8, 3], policy="naive_fp16", seed=3)
+        xs = to_device(x) if dev else x
+        if dev:
+            model.to(fake)
+        with np.errstate(all="ignore"):
+            loss = fn.cross_entropy(model(xs), y)
+            fn.mul(loss, 2.0**15).backward()  # overflows some fp16 gradients
+            stats = _layer_stats(model, model.policy.compute, 2.0**15)
+        assert all(is_device(p.grad) == dev for p in model.parameters())
+        results.append((stats, accuracy(model, xs, y), classify(model.parameters()[0].grad,
+                                                               model.policy.compute)))  # fmt: skip
+    assert results[0] == results[1]
+    over = [s["after_scaling"]["overflow"] for s in results[0][0].values()]
+    assert 0 < max(over) < 1  # some, not all, gradients overflow: not a vacuous comparison
+    assert fake.recorder.events == [], "\n".join(map(str, fake.recorder.events))
