@@ -25,6 +25,10 @@ round-to-odd and rounded once to ``acc`` (see :mod:`fpemu.arith`). Both routes g
 ("float64 sum, then round to acc" is NOT enough: it double-rounds for bf16/fp16 accumulators
 (``2**-100 + 3 * 87`` in bf16), float32 inputs (48-bit products) and every directed mode;
 tests/test_accumulate.py checks such cases against the oracle and that the naive way fails.)
+Where the hardware adder is the step (that float32 case, or a float64 accumulator) and the
+arrays are NumPy's, whole chains run inside NumPy's C einsum, whose loop order gives exactly
+the sequential chain (checked at first use; see ``_einsum_chains``); otherwise a Python loop
+over k updates blocks of output rows.
 
 Options of the exact models: ``mode``, ``subnormals``, ``overflow`` and ``rng`` of
 :func:`fpemu.round`, used for every accumulation step and the final rounding to ``out``. A
@@ -51,6 +55,7 @@ arguments given to :func:`matmul`.
 from __future__ import annotations
 
 import builtins
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -74,6 +79,7 @@ MAX_EXACT_INPUT_PRECISION = 26
 DEFAULT_BLOCK = 32
 _ROW_BLOCK = 64  # output rows per pass: keeps the accumulator slice and products in L2
 _K_BLOCK = 8  # products formed per multiply call (fewer, larger NumPy calls)
+_TILE_BYTES = 32768  # output tile of an einsum chain: it stays in L1 for all k
 _F16 = get_format("float16")
 _F32 = get_format("float32")
 _F64 = get_format("float64")
@@ -222,7 +228,9 @@ def matmul(
     fa = get_format(acc, arg="acc")
     fo = fa if out is None else get_format(out, arg="out")
     fn = get_model(model)
-    A, B = _operand("a", a), _operand("b", b)
+    impl = _NATIVE.get(fn)  # a built-in: takes float32 operands, returns the accumulator's dtype
+    keep32 = impl is not None and _fits_float32(f)
+    A, B = _operand("a", a, keep32=keep32), _operand("b", b, keep32=keep32)
     vec_a, vec_b = A.ndim == 1, B.ndim == 1
     if vec_a:
         A = A[None, :]
@@ -241,8 +249,8 @@ def matmul(
             f"matmul: batch shapes of a {tuple(A.shape)} and b {tuple(B.shape)} do not broadcast"
         ) from None
     M, K, N = A.shape[-2], A.shape[-1], B.shape[-1]
-    A = np_.broadcast_to(fround(A, f), (*batch, M, K))
-    B = np_.broadcast_to(fround(B, f), (*batch, K, N))
+    A = np_.broadcast_to(_round_input(A, a, f, keep32=keep32), (*batch, M, K))
+    B = np_.broadcast_to(_round_input(B, b, f, keep32=keep32), (*batch, K, N))
     C = None
     if c is not None:
         C = fround(_operand("c", c, allow_0d=True), fa)
@@ -253,12 +261,16 @@ def matmul(
             raise ValueError(
                 f"matmul: c with shape {tuple(np_.shape(c))} does not broadcast to the result"
             ) from None
-    res = np_.asarray(fn(A, B, C, fmt=f, acc=fa, out=fo, **options), dtype=np_.float64)
+    dt = np_.float32 if _fits_float32(fo) else np_.float64
+    if impl is not None:  # its result is a new array holding values of fo
+        res = np_.asarray(impl(A, B, C, fmt=f, acc=fa, out=fo, **options), dtype=dt)
+    else:
+        res = np_.asarray(fn(A, B, C, fmt=f, acc=fa, out=fo, **options), dtype=np_.float64)
+        res = res.astype(dt)
     if vec_b:
         res = res[..., 0]
     if vec_a:
         res = res[..., 0, :] if not vec_b else res[..., 0]
-    res = res.astype(np_.float32 if _fits_float32(fo) else np_.float64)
     return res[()] if res.ndim == 0 else res
 
 
@@ -313,7 +325,8 @@ def sum(  # noqa: A001 - the natural name, like numpy.sum
     return dot(X, ones, fmt=fmt, acc=acc, out=out, model=model, **options)
 
 
-def _operand(name: str, v: Any, *, allow_0d: bool = False) -> Any:
+def _operand(name: str, v: Any, *, allow_0d: bool = False, keep32: bool = False) -> Any:
+    """``v`` as a float64 array (float32 if ``keep32`` and ``v`` is float32 or float16)."""
     arr = v if hasattr(v, "dtype") and hasattr(v, "shape") else np.asarray(v)
     dt = arr.dtype
     ok = dt.kind in "fiub" or (dt.kind == "V" and "float" in dt.name)
@@ -321,8 +334,28 @@ def _operand(name: str, v: Any, *, allow_0d: bool = False) -> Any:
         raise TypeError(f"{name} must hold real numbers, got {name} with dtype {dt}")
     if arr.ndim == 0 and not allow_0d:
         raise ValueError(f"{name} must have at least one dimension, got a 0-d {name}")
+    np_ = xp(arr)
+    narrow = keep32 and dt in (np_.float32, np_.float16)  # exact in float32: no float64 copy
     with np.errstate(invalid="ignore"):  # signalling NaNs quietly become NaN
-        return xp(arr).asarray(arr, dtype=xp(arr).float64)
+        return np_.asarray(arr, dtype=np_.float32 if narrow else np_.float64)
+
+
+def _round_input(x: Any, given: Any, f: Format, *, keep32: bool) -> Any:
+    """``x`` (``given`` as an array) rounded to ``f`` (RNE, the format's defaults), as float32
+    if ``keep32`` allows. Skipped where the dtype of ``given`` holds only values of ``f``
+    (float16 data for float16 or float32 inputs, float32 data for float32)."""
+    src = getattr(given, "dtype", None)
+    np_ = xp(x)
+    if (src == np_.float16 and (_same_format(f, _F16) or _same_format(f, _F32))) or (
+        src == np_.float32 and _same_format(f, _F32)
+    ):
+        return x
+    if np_ is np and x.dtype == np.float64 and _same_format(f, _F16):
+        # NumPy's float64 -> float16 cast is this rounding (RNE, gradual underflow, overflow to
+        # inf; the test of the accumulator casts checks it against the oracle), in one pass
+        with np.errstate(over="ignore", invalid="ignore"):
+            return x.astype(np.float16).astype(np.float32 if keep32 else np.float64)
+    return fround(x, f)
 
 
 def _fits_float32(f: Format) -> bool:
@@ -500,6 +533,10 @@ class _Plan:
     #: holds no -0, because under round-to-nearest ``s`` then never is -0, and ``s + (+-0)``
     #: is ``s`` for every other ``s``.
     plus_zero_products: bool = False
+    #: Whether NumPy's einsum may run whole chains (see :func:`_einsum_chains`): NumPy arrays,
+    #: exact products, and the hardware adder of ``a_t.dtype`` is the step (fast32, or a float64
+    #: accumulator, whose step is the float64 adder: see :meth:`_Rounding.add`).
+    einsum: bool = False
 
     def product(self, k: int, rows: slice) -> Any:
         x, y = self.a_t[..., k, rows], self.b[..., k, :]
@@ -536,18 +573,87 @@ def _plan(a: Any, b: Any, c: Any, fmt: Format, r: _Rounding, model: str) -> _Pla
     dt = np_.float32 if fast32 else np_.float64
     a_t = np_.ascontiguousarray(np_.swapaxes(a, -1, -2), dtype=dt)
     no_neg0 = c is None or not bool(((c == 0) & np_.signbit(c)).any())
-    return _Plan(a_t, np_.ascontiguousarray(b, dtype=dt), fast32, r, fast32 and no_neg0)
+    # float64 accumulator: products exact (and finite: |product| < 2**1024) in float64
+    wide = r.fmt.precision > MAX_RO_PRECISION and 2 * (fmt.emax + 1) <= 1023
+    einsum = (fast32 or wide) and np_ is np and _einsum_runs_in_k_order(np.dtype(dt).name)
+    b_ = np_.ascontiguousarray(b, dtype=dt)
+    if einsum and not (a_t.flags.aligned and b_.flags.aligned):  # else einsum would buffer
+        a_t, b_ = a_t.copy(), b_.copy()
+    return _Plan(a_t, b_, fast32, r, fast32 and no_neg0, einsum)
 
 
 def _by_rows(a: Any, b: Any, c: Any, plan: _Plan, body: Callable[[_Plan, Any, slice], Any]) -> Any:
-    """Run ``body(plan, s_rows, rows)`` on blocks of output rows (their working set fits L2)."""
+    """Run ``body(plan, s_rows, rows)`` on blocks of output rows (their working set fits L2).
+
+    Returns the sums in ``plan.a_t.dtype``."""
     np_ = xp(a)
     s = np_.ascontiguousarray(_zeros(a, b, c), dtype=plan.a_t.dtype)
     with np.errstate(over="ignore", invalid="ignore"):
         for i in builtins.range(0, s.shape[-2], _ROW_BLOCK):
             rows = slice(i, i + _ROW_BLOCK)
             s[..., rows, :] = body(plan, s[..., rows, :], rows)
-    return s.astype(np_.float64)
+    return s
+
+
+def _einsum_chains(x_t: Any, y: Any, c: Any, k0: int, k1: int) -> Any:
+    """``s[..., r, n]``: the chains ``s = s + x_t[..., k, r] * y[..., k, n]`` for k in [k0, k1),
+    from ``s = c`` (or +0), in the dtype of ``x_t`` and ``y``, by NumPy's C einsum.
+
+    ``einsum("kr,kn->rn", x, y, out=s)`` zero-fills ``s``, then for k (outermost), for r:
+    ``s[r, :] = x[k, r] * y[k, :] + s[r, :]`` elementwise (``sum_of_products_muladd``): with the
+    strides used here NumPy's iterator orders the axes n (inner), r, k (outer), so each element
+    gets exactly the sequential chain, one hardware rounding (fused or not: the products are
+    exact) per step. (With a single output element k becomes the inner, reduced axis, summed
+    in SIMD lanes: callers exclude that case; a single output column is computed transposed, to
+    keep the long axis inner.) The order is an implementation detail of NumPy, so
+    :func:`_einsum_runs_in_k_order` checks it before use.
+
+    ``c`` joins as a prefix of unit products: ``e_j * c[j, :]`` for j = 0, ..., R - 1 rebuilds
+    ``c`` exactly from +0 when ``c`` is finite and holds no -0 (the caller checks), since then
+    every added ``0 * c`` is a zero that changes nothing. Output rows go in tiles that stay in L1.
+    """
+    np_ = xp(x_t)
+    M, N = x_t.shape[-1], y.shape[-1]
+    if N == 1 and M > 1:  # products commute exactly: compute the transposed problem
+        ct = None if c is None else np_.swapaxes(c, -1, -2)
+        return np_.swapaxes(_einsum_chains(y, x_t, ct, k0, k1), -1, -2)
+    s = np_.empty((*x_t.shape[:-2], M, N), dtype=x_t.dtype)
+    step = max(1, _TILE_BYTES // (N * s.itemsize))
+    for idx in np.ndindex(*x_t.shape[:-2]):
+        x, yk, out = x_t[idx][k0:k1], y[idx][k0:k1], s[idx]
+        if c is not None:  # [c rows of this tile; y[k0:k1]], c rows filled per tile
+            yc = np_.empty((step + k1 - k0, N), dtype=s.dtype)
+            yc[step:] = yk
+        for i in builtins.range(0, M, step):
+            rows = slice(i, i + step)
+            if c is None:
+                np_.einsum("kr,kn->rn", x[:, rows], yk, out=out[rows], optimize=False)
+                continue
+            r = min(step, M - i)
+            yc[step - r : step] = c[idx][rows]
+            xc = np_.concatenate([np_.eye(r, dtype=s.dtype), x[:, rows]])
+            np_.einsum("kr,kn->rn", xc, yc[step - r :], out=out[rows], optimize=False)
+    return s
+
+
+@functools.cache
+def _einsum_runs_in_k_order(dtype: str) -> bool:
+    """Whether :func:`_einsum_chains` gives sequential chains in ``dtype`` (float32/float64).
+
+    With ``big = 2**precision``, ``big + 1`` ties back to ``big`` and ``(big + 3) + 1`` to
+    ``big + 4``: the exact chains ``big, 1, ..., 1, -big`` from 0 and from 3 end at 0 and 4,
+    while sums in SIMD lanes, or any order that adds some ones before ``big``, end higher.
+    """
+    big = 2.0 ** (np.finfo(dtype).nmant + 1)
+    col = np.array([big] + [1.0] * 9 + [-big], dtype=dtype)
+    for m, n in ((2, 3), (1, 3), (3, 1), (20, 2)):
+        x_t = np.ones((col.size, m), dtype=dtype)
+        y = np.repeat(col[:, None], n, axis=1)
+        for c, want in ((None, 0.0), (np.full((m, n), 3.0, dtype=dtype), 4.0)):
+            got = _einsum_chains(x_t, y, c, 0, col.size)
+            if got.shape != (m, n) or not bool((got == want).all()):
+                return False
+    return True
 
 
 def _chain_body(k0: int, k1: int) -> Callable[[_Plan, Any, slice], Any]:
@@ -571,7 +677,35 @@ def _finish(s: Any, acc: Format, out: Format, r: _Rounding) -> Any:
     fin = _rounding(
         out, arg="out", mode=r.mode, subnormals=r.subnormals, overflow=r.overflow, rng=r.rng
     )
-    return fin.round(s)
+    return fin.round(xp(s).asarray(s, dtype=xp(s).float64))
+
+
+def _einsum_ok(plan: _Plan, a: Any, b: Any, c: Any) -> bool:
+    """Whether :func:`_einsum_chains` computes the chains (from ``c``) of this plan."""
+    if not plan.einsum or max(a.shape[-2], b.shape[-1]) < 2:  # one output: a reduction loop
+        return False
+    if c is None:
+        return True
+    np_ = xp(c)
+    return bool(np_.isfinite(c).all()) and not bool(((c == 0) & np_.signbit(c)).any())
+
+
+def _float64(s: Any) -> Any:
+    return xp(s).asarray(s, dtype=xp(s).float64)
+
+
+def _sequential(
+    a: Any, b: Any, c: Any, *, fmt: Format, acc: Format, out: Format, **options: Any
+) -> Any:
+    r, rest = _step_options(acc, dict(options), "sequential")
+    _reject_unknown(rest, "sequential")
+    plan = _plan(a, b, c, fmt, r, "sequential")
+    if _einsum_ok(plan, a, b, c):
+        with np.errstate(over="ignore", invalid="ignore"):
+            s = _einsum_chains(plan.a_t, plan.b, c, 0, a.shape[-1])
+    else:
+        s = _by_rows(a, b, c, plan, _chain_body(0, a.shape[-1]))
+    return _finish(s, acc, out, r)
 
 
 def sequential(
@@ -585,27 +719,27 @@ def sequential(
     ...                  fmt=f16, acc=f16, out=f16)[0, 0])
     1.0
     """
-    r, rest = _step_options(acc, dict(options), "sequential")
-    _reject_unknown(rest, "sequential")
-    plan = _plan(a, b, c, fmt, r, "sequential")
-    s = _by_rows(a, b, c, plan, _chain_body(0, a.shape[-1]))
-    return _finish(s, acc, out, r)
+    return _float64(_sequential(a, b, c, fmt=fmt, acc=acc, out=out, **options))
 
 
-def pairwise(
+def _pairwise(
     a: Any, b: Any, c: Any, *, fmt: Format, acc: Format, out: Format, **options: Any
 ) -> Any:
-    """Recursive halving: ``T(t) = round_acc(T(t[:h]) + T(t[h:]))``, ``h = len(t) // 2``.
-
-    Leaves are the products rounded to ``acc``; the addend (or +0) joins last:
-    ``round_acc(c + T(products))`` (so an all -0 tree gives +0 except under rdown).
-    """
     r, rest = _step_options(acc, dict(options), "pairwise")
     _reject_unknown(rest, "pairwise")
     plan = _plan(a, b, c, fmt, r, "pairwise")
     K = a.shape[-1]
+    # A subtree of 2 or 3 products is a chain (p0 + p1, and (p1 + p2) + p0 by commutativity),
+    # which einsum runs from +0 instead of -0: zero signs inside the tree cannot reach the result
+    # when c holds no -0 (see _Plan.plus_zero_products; round to nearest only).
+    chains = plan.einsum and a.ndim == 2 and b.shape[-1] >= 2 and _einsum_ok(plan, a, b, c)
 
     def tree(plan: _Plan, lo: int, hi: int, rows: slice) -> Any:
+        if chains and 2 <= hi - lo <= 3:  # the loop order of _einsum_chains, one call
+            ks = slice(lo, hi) if hi - lo == 2 else [lo + 1, lo + 2, lo]
+            x, y = plan.a_t[ks, rows], plan.b[ks]
+            out = xp(x).empty((x.shape[1], y.shape[1]), dtype=x.dtype)
+            return xp(x).einsum("kr,kn->rn", x, y, out=out, optimize=False)
         if hi - lo == 1:
             return plan.leaf(lo, rows)
         h = (hi - lo) // 2
@@ -617,10 +751,20 @@ def pairwise(
     return _finish(_by_rows(a, b, c, plan, body), acc, out, r)
 
 
-def blocked(
+def pairwise(
     a: Any, b: Any, c: Any, *, fmt: Format, acc: Format, out: Format, **options: Any
 ) -> Any:
-    """Chunks of ``block`` products, each a sequential chain from +0, added in order to ``c``."""
+    """Recursive halving: ``T(t) = round_acc(T(t[:h]) + T(t[h:]))``, ``h = len(t) // 2``.
+
+    Leaves are the products rounded to ``acc``; the addend (or +0) joins last:
+    ``round_acc(c + T(products))`` (so an all -0 tree gives +0 except under rdown).
+    """
+    return _float64(_pairwise(a, b, c, fmt=fmt, acc=acc, out=out, **options))
+
+
+def _blocked(
+    a: Any, b: Any, c: Any, *, fmt: Format, acc: Format, out: Format, **options: Any
+) -> Any:
     r, rest = _step_options(acc, dict(options), "blocked")
     block = rest.pop("block", DEFAULT_BLOCK)
     _reject_unknown(rest, "blocked")
@@ -628,6 +772,13 @@ def blocked(
         raise ValueError(f"block must be a positive int, got block={block!r}")
     plan = _plan(a, b, c, fmt, r, "blocked")
     K, step = a.shape[-1], int(block)
+    if _einsum_ok(plan, a, b, None):  # each chunk's chains at once, then one add per chunk
+        np_ = xp(a)
+        s = np_.ascontiguousarray(_zeros(a, b, c), dtype=plan.a_t.dtype)
+        with np.errstate(over="ignore", invalid="ignore"):
+            for k0 in builtins.range(0, K, step):
+                s = plan.add(s, _einsum_chains(plan.a_t, plan.b, None, k0, min(K, k0 + step)))
+        return _finish(s, acc, out, r)
 
     def body(plan: _Plan, s: Any, rows: slice) -> Any:
         for k0 in builtins.range(0, K, step):
@@ -638,8 +789,14 @@ def blocked(
     return _finish(_by_rows(a, b, c, plan, body), acc, out, r)
 
 
-def fast(a: Any, b: Any, c: Any, *, fmt: Format, acc: Format, out: Format, **options: Any) -> Any:
-    """Platform BLAS in float32 (order unspecified, not bit-reproducible); acc must be float32."""
+def blocked(
+    a: Any, b: Any, c: Any, *, fmt: Format, acc: Format, out: Format, **options: Any
+) -> Any:
+    """Chunks of ``block`` products, each a sequential chain from +0, added in order to ``c``."""
+    return _float64(_blocked(a, b, c, fmt=fmt, acc=acc, out=out, **options))
+
+
+def _fast(a: Any, b: Any, c: Any, *, fmt: Format, acc: Format, out: Format, **options: Any) -> Any:
     if not _same_format(acc, _F32):
         raise ValueError(f"model='fast' accumulates in float32 only, got acc={acc.name}")
     r, rest = _step_options(acc, dict(options), "fast")
@@ -654,11 +811,32 @@ def fast(a: Any, b: Any, c: Any, *, fmt: Format, acc: Format, out: Format, **opt
         raise ValueError(f"model='fast' needs inputs that fit float32, got fmt={fmt.name}")
     np_ = xp(a)
     with np.errstate(over="ignore", invalid="ignore"):
-        s = np_.matmul(a.astype(np_.float32), b.astype(np_.float32))
+        s = np_.matmul(_float32_operand(a), _float32_operand(b))
         if c is not None:
             s = s + np_.asarray(c, dtype=np_.float32)
-    return _finish(s.astype(np_.float64), acc, out, r)
+    return _finish(s, acc, out, r)
 
+
+def _float32_operand(x: Any) -> Any:
+    """``x.astype(float32)`` (exact: ``x`` holds values of a format that fits float32), without
+    the copy where ``x`` already is C-contiguous float32 (same layout, so the same BLAS calls)."""
+    np_ = xp(x)
+    return x if x.dtype == np_.float32 and x.flags.c_contiguous else x.astype(np_.float32)
+
+
+def fast(a: Any, b: Any, c: Any, *, fmt: Format, acc: Format, out: Format, **options: Any) -> Any:
+    """Platform BLAS in float32 (order unspecified, not bit-reproducible); acc must be float32."""
+    return _float64(_fast(a, b, c, fmt=fmt, acc=acc, out=out, **options))
+
+
+#: The built-in models' implementations, used by :func:`matmul`: they also take float32
+#: operands (values of ``fmt``) and return the accumulator's dtype (float32 or float64).
+_NATIVE: dict[Model, Model] = {
+    sequential: _sequential,
+    pairwise: _pairwise,
+    blocked: _blocked,
+    fast: _fast,
+}
 
 register_model(
     "sequential",
