@@ -18,7 +18,9 @@ so :class:`BlockSpec` keeps the block sum below ``2**53``: the integer arithmeti
 out exactly in float64 (products of two inputs and scalings by powers of two are exact in
 float64, and ``numpy.trunc`` cuts to an integer), which lets NumPy run it as a few passes over
 cache-sized row tiles of the output, one k at a time. For fp16 and fp8 inputs the products
-take a float32 -> int32 route (exact there too, see ``_narrow_products``), twice as fast.
+take a float32 -> int32 route (exact there too, see ``_narrow_products``), twice as fast, and
+each block's largest label comes from one BLAS product of powers of two
+(``_label_powers``) instead of a maximum over k.
 
 >>> import numpy as np
 >>> spec = BlockSpec(n=8, frac_bits=24, result=FP32_TRUNC)
@@ -30,6 +32,7 @@ take a float32 -> int32 route (exact there too, see ``_narrow_products``), twice
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -256,6 +259,7 @@ def chain_blocks(
     b3, lb3, c3 = flat(b, K, N), flat(lb, K, N), flat(c, M, N)
     out = np_.empty(c3.shape)
     narrow = fmt.ebits <= 5 and spec.n << (spec.frac_bits + 2) <= 2**31
+    pw = _label_powers(flat(la, M, K), lb3, fmt, spec, c_fmt)
     # Tiles of (batch elements, rows) small enough for the cache, one k at a time inside.
     rows = max(1, min(M, TILE // max(N, 1)))
     per = max(1, TILE // max(M * N, 1)) if rows == M else 1
@@ -263,18 +267,65 @@ def chain_blocks(
         i1 = i0 + per
         for r0 in range(0, M, rows):
             r1 = min(M, r0 + rows)
+            tile_pw = None if pw is None else (pw[0][i0:i1, r0:r1], pw[1][i0:i1])
             out[i0:i1, r0:r1] = _chain_tile(
                 aT[i0:i1, :, r0:r1], laT[i0:i1, :, r0:r1], b3[i0:i1], lb3[i0:i1],
-                c3[i0:i1, r0:r1], spec, c_fmt, narrow,
+                c3[i0:i1, r0:r1], spec, c_fmt, narrow, tile_pw,
             )  # fmt: skip
     result: F64 = out.reshape(shape)
     return result
 
 
+#: Weight of a label in :func:`_label_powers`: ``2**(W * label)`` (a power of two makes the
+#: maximum label a shift of the exponent field).
+_W = 8
+
+
+def _label_powers(la: Labels, lb: Labels, fmt: Format, spec: BlockSpec, c_fmt: Format) -> Any:
+    """``(2**(W*la + 1), 2**(W*lb))`` as float64 (``la`` (B, M, K), ``lb`` (B, K, N)), or None.
+
+    For every (m, n) the matrix product of one block's slices is
+    ``S = 2 * sum_k 2**(W * (la[m, k] + lb[k, n]))``: positive terms, at most ``n < 2**W`` of
+    them, so whatever order and fused steps the BLAS uses, ``2**(W*L + 1) <= S <
+    2**(W*(L + 1) + 1)`` for the largest product label ``L``, whose value is then
+    ``(biased exponent of S >> log2(W)) - 1024 / W``: one BLAS call replaces a maximum over
+    k. Used when every relevant ``2**(W*L + 1)`` is a normal float64: inputs with at most 5
+    exponent bits (labels in [-126, 15] with MMA-Sim's zero label) and ``zeros="mmasim"``;
+    a product label below -127 gives a subnormal or zero term and may read as -128, which
+    changes nothing because it is below every ``c`` label (>= -126 with this zero rule).
+    """
+    np_ = xp(la)
+    if not (fmt.ebits <= 5 and spec.zeros == "mmasim" and spec.n < 2**_W and c_fmt.emin >= -126):
+        return None
+    pa = np_.ldexp(1.0, la.astype(np.int32) * _W + 1)
+    pb = np_.ldexp(1.0, lb.astype(np.int32) * _W)
+    return pa, pb
+
+
+def _max_product_labels(pa: F64, pb: F64) -> Labels:
+    """The largest ``la[m, k] + lb[k, n]`` of a block from its :func:`_label_powers`."""
+    np_ = xp(pa)
+    s = np_.matmul(pa, pb)
+    top = (_high_halves(s) >> np.uint16(4 + _W.bit_length() - 1)).view(np.int16)
+    top -= 1024 // _W
+    out: Labels = top
+    return out
+
+
 def _chain_tile(
-    aT: F64, laT: Labels, b: F64, lb: Labels, c: F64, spec: BlockSpec, c_fmt: Format, narrow: bool
+    aT: F64,
+    laT: Labels,
+    b: F64,
+    lb: Labels,
+    c: F64,
+    spec: BlockSpec,
+    c_fmt: Format,
+    narrow: bool,
+    pw: Any = None,
 ) -> F64:
-    """The block chain for one tile: ``aT`` (B, K, R), ``b`` (B, K, N), ``c`` (B, R, N)."""
+    """The block chain for one tile: ``aT`` (B, K, R), ``b`` (B, K, N), ``c`` (B, R, N).
+
+    ``pw``: the tile's :func:`_label_powers` (``(B, R, K)``, ``(B, K, N)``) or None."""
     np_ = xp(aT)
     K = aT.shape[1]
     d = np_.array(c, dtype=np.float64)
@@ -285,8 +336,9 @@ def _chain_tile(
         k1 = min(K, k0 + spec.n)
         blk = slice(k0, k1)
         finite = finite_ab or bool(np_.isfinite(aT[:, blk]).all() and np_.isfinite(b[:, blk]).all())
+        top = None if pw is None else _max_product_labels(pw[0][..., blk], pw[1][:, blk])
         d, lc, odd = _block(aT[:, blk], laT[:, blk], b[:, blk], lb[:, blk], d, lc, spec,
-                            finite=finite and finite_c, narrow=narrow)  # fmt: skip
+                            finite=finite and finite_c, narrow=narrow, top=top)  # fmt: skip
         if odd:  # only the slow route (overflow, specials) can make a result non-finite
             finite_c = bool(np_.isfinite(d).all())
     result: F64 = d
@@ -304,20 +356,25 @@ def _block(
     *,
     finite: bool,
     narrow: bool,
+    top: Labels | None = None,
 ) -> tuple[F64, Labels, bool]:
     """One block for a tile: ``aT`` (B, k, R), ``b`` (B, k, N), ``c`` and its labels (B, R, N).
 
     Returns the block result, its labels, and whether any result took the slow rounding
     route (subnormal, zero, overflow or special: the only ways to become non-finite).
-    ``narrow`` selects the float32/int32 product path (see :func:`_narrow_products`).
+    ``narrow`` selects the float32/int32 product path (see :func:`_narrow_products`); ``top``
+    is the largest product label of each output (:func:`_max_product_labels`) or None.
     """
     np_ = xp(aT)
     a0, b0, c0 = (x if finite else np_.where(np_.isfinite(x), x, 0.0) for x in (aT, b, c))
-    emax = lc.copy()
-    lab = np_.empty_like(lc)
-    for k in range(aT.shape[1]):
-        np_.add(laT[:, k, :, None], lb[:, k, None, :], out=lab)
-        np_.maximum(emax, lab, out=emax)
+    if top is not None:
+        emax = np_.maximum(lc, top)
+    else:
+        emax = lc.copy()
+        lab = np_.empty_like(lc)
+        for k in range(aT.shape[1]):
+            np_.add(laT[:, k, :, None], lb[:, k, None, :], out=lab)
+            np_.maximum(emax, lab, out=emax)
     if spec.zeros == "drop":
         np_.maximum(emax, spec.floor, out=emax)
     # scale = 2**(F - Emax): every term times scale, truncated, is its aligned integer.
@@ -347,18 +404,24 @@ def _narrow_products(aT: F64, b: F64, shift: NDArray[np.int32]) -> NDArray[np.in
     Their products (at most 22 bits) and scalings by ``2**shift`` are exact in float32, and
     the float32 -> int32 conversion truncates toward zero, so each aligned term is
     ``int32(float32(a) * float32(b) * 2**shift)``; the caller guarantees
-    ``n * 2**(F + 2) <= 2**31``. A scale clamped at ``2**100`` changes nothing: an Emax that
-    low means every product is zero.
+    ``n * 2**(F + 2) <= 2**31``. A scale clamped to ``[2**-126, 2**100]`` changes nothing: an
+    Emax below F - 100 means every product is zero, and one above F + 126 (a large ``c``)
+    that every scaled product (labels <= 30) is below 1 either way.
     """
     np_ = xp(aT)
-    scale = np_.ldexp(np.float32(1.0), np_.minimum(shift, 100))
+    biased = np_.clip(shift, -126, 100)  # 2**shift built in the float32 exponent field
+    biased += 127
+    biased <<= 23
+    scale = biased.view(np.float32)
     a32, b32 = aT.astype(np.float32), b.astype(np.float32)
     term = np_.empty_like(scale)
     aligned = np_.empty(scale.shape, dtype=np.int32)
     total = np_.zeros(scale.shape, dtype=np.int32)
     for k in range(a32.shape[1]):
-        np_.multiply(scale, a32[:, k, :, None], out=term)
-        np_.multiply(term, b32[:, k, None, :], out=term)
+        # einsum's outer product (0 + a*b: the sign of a zero is lost, harmlessly here) and a
+        # same-shape multiply are faster than two broadcasting multiplies.
+        np_.einsum("br,bn->brn", a32[:, k], b32[:, k], out=term, optimize=False)
+        np_.multiply(term, scale, out=term)
         np_.copyto(aligned, term, casting="unsafe")  # truncates toward zero
         np_.add(total, aligned, out=total)
     result: NDArray[np.int32] = total
@@ -389,6 +452,15 @@ def _round_and_label(value: F64, spec: BlockSpec) -> tuple[F64, Labels, bool]:
     d[odd] = round_block(value[odd], res, tiny_sign=spec.tiny_sign)
     lab[odd] = labels(d[odd], f, zeros=zeros, check=False)
     return d, lab, True
+
+
+def _high_halves(x: F64) -> NDArray[np.uint16]:
+    """The top 16 bits (sign, biased exponent, 4 fraction bits) of each float64 of ``x``.
+
+    A strided view: reading them is cheaper than shifting the whole 64-bit words.
+    """
+    half: NDArray[np.uint16] = x.view(np.uint16)[..., 3 if sys.byteorder == "little" else 0 :: 4]
+    return half
 
 
 def _fraction_mask(f: Format) -> int:
