@@ -29,7 +29,7 @@ array([[1., 0.]], dtype=float32)
 
 from __future__ import annotations
 
-import functools
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import ModuleType
@@ -60,13 +60,19 @@ def work_dtype(fmt: FormatLike) -> type[np.floating[Any]]:
     >>> work_dtype("bf16").__name__, work_dtype("float64").__name__
     ('float32', 'float64')
     """
-    return _work_dtype(get_format(fmt))
-
-
-@functools.lru_cache(maxsize=256)
-def _work_dtype(f: Format) -> type[np.floating[Any]]:
+    f = fmt if type(fmt) is Format else get_format(fmt)
+    hit = _WORK_DTYPES.get(id(f))  # by identity: hashing a Format hashes all its fields
+    if hit is not None and hit[0] is f:
+        return hit[1]
     fits = f.mbits <= 23 and f.smallest_subnormal >= 2.0**-149 and f.max <= float(_F32.max)
-    return np.float32 if fits else np.float64
+    dt = np.float32 if fits else np.float64
+    if len(_WORK_DTYPES) >= 256:
+        _WORK_DTYPES.clear()
+    _WORK_DTYPES[id(f)] = (f, dt)  # holds f, so its id is not reused while cached
+    return dt
+
+
+_WORK_DTYPES: dict[int, tuple[Format, type[np.floating[Any]]]] = {}
 
 
 def round_to(x: Any, fmt: FormatLike) -> Array:
@@ -78,9 +84,8 @@ def round_to(x: Any, fmt: FormatLike) -> Array:
     >>> round_to(np.array([0.1]), "bf16")
     array([0.10009766], dtype=float32)
     """
-    f = get_format(fmt)
-    dt = work_dtype(f)
-    m = xp(x)
+    f = fmt if type(fmt) is Format else get_format(fmt)
+    m = np if type(x) is np.ndarray else xp(x)
     arr = m.asarray(x)
     if arr.dtype not in (np.float32, np.float64):
         arr = arr.astype(np.float64)
@@ -88,16 +93,47 @@ def round_to(x: Any, fmt: FormatLike) -> Array:
         f.name == "float64" and arr.dtype == np.float64
     ):
         return arr
+    dt = work_dtype(f)
     if f == _FLOAT32 and arr.dtype == np.float64:
         # NumPy's float64 -> float32 conversion is the IEEE one: round-to-nearest-even with
         # subnormals and overflow to inf, the same values as rounding.round(arr, "float32")
         # (tests/test_autograd.py checks it), at memory speed.
         with np.errstate(over="ignore"):
             return arr.astype(np.float32)
+    if (
+        m is np
+        and arr.dtype == np.float32
+        and 0 < arr.ndim
+        and arr.size < _F16_KERNEL_MAX
+        and (f is _FLOAT16 or f == _FLOAT16)
+    ):
+        arr = arr if arr.flags.c_contiguous else arr.copy()
+        return rounding.rne_float32_to_float16(arr, work=_scratch(arr.size, np.uint32))
     if arr.dtype == np.float32 and dt == np.float64:
         arr = arr.astype(np.float64)
     out = m.asarray(rounding.round(arr, f))
     return out.astype(dt, copy=False)
+
+
+_FLOAT16 = get_format("float16")
+#: Above this size rounding.round splits the work over threads; below it the lean kernel wins.
+_F16_KERNEL_MAX = 32 * rounding.BLOCK
+
+
+_SCRATCH = threading.local()
+
+
+def _scratch(n: int, dtype: type[np.generic]) -> np.ndarray:
+    """A per-thread NumPy work buffer of ``n`` elements of ``dtype``, reused from call to call
+    (a fresh large array costs page faults). Its contents must never escape the caller, and a
+    caller must not hold it across a call that may use the same dtype's buffer."""
+    bufs: dict[type[np.generic], np.ndarray] | None = getattr(_SCRATCH, "bufs", None)
+    if bufs is None:
+        bufs = _SCRATCH.bufs = {}
+    buf = bufs.get(dtype)
+    if buf is None or buf.size < n:
+        buf = bufs[dtype] = np.empty(n, dtype)
+    return buf[:n]
 
 
 def to_namespace(a: Any, module: ModuleType, *, copy: bool = False) -> Array:

@@ -22,13 +22,14 @@ array([0.95, 2.05], dtype=float32)
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from fpemu.autograd import Array, Tensor, round_to, to_namespace, work_dtype
+from fpemu.autograd import Array, Tensor, _scratch, round_to, to_namespace, work_dtype
 from fpemu.backend import xp
 from fpemu.formats import Format, FormatLike, get_format
 
@@ -93,7 +94,9 @@ class Optimizer:
                 continue
             f = self.state_format(i)
             w = self.master[i] if self.master is not None else p.data
-            new = self._update(i, w.astype(work_dtype(f)), round_to(g, f).astype(work_dtype(f)), f)
+            wd = work_dtype(f)  # _update makes new arrays: no defensive copies of w and g
+            gw = round_to(g, f).astype(wd, copy=False)
+            new = self._update(i, w.astype(wd, copy=False), gw, f)
             if self.master is not None:
                 self.master[i] = new
                 p.data = round_to(new, p.fmt)  # copy the master back into the model (O2)
@@ -134,7 +137,7 @@ class Optimizer:
                            for a, m in zip(sd["master"], ns, strict=True)]  # fmt: skip
 
 
-def _axpy(y: Array, alpha: float, x: Array, f: Format) -> Array:
+def _axpy(y: Array, alpha: float, x: Array, f: Format, *, own_y: bool = False) -> Array:
     """``y + alpha*x`` as PyTorch's CPU ``add_(x, alpha=...)`` computes it.
 
     The scalar is first converted to the tensor's format (for float16, lr=0.1 becomes
@@ -142,12 +145,30 @@ def _axpy(y: Array, alpha: float, x: Array, f: Format) -> Array:
     formats that fit it), and the result is rounded to ``f``. Checked against
     ``torch.optim.SGD(foreach=False)`` (tests/test_training.py): bit for bit on float32; on
     float16/bfloat16 about 0.05% of values differ by one ulp per step (a torch kernel detail
-    not modelled).
+    not modelled). ``own_y``: ``y`` is a temporary of the caller's, which may be overwritten.
     """
-    a = np.float64(round_to(np.float64(alpha), f))
-    exact = y.astype(np.float64) + a * x.astype(np.float64)  # exact product; fma-like sum
-    opmath = "float32" if work_dtype(f) is np.float32 else "float64"
-    return round_to(round_to(exact, opmath), f)
+    a = _scalar_in(alpha, f)
+    m = xp(y, x)
+    if work_dtype(f) is np.float32 and a == 1.0 and y.dtype == x.dtype == np.float32:
+        # y + x rounded to float64 and then to float32 is the float32 sum: the double
+        # rounding is innocuous for a sum when 53 >= 2*24 + 2 (Figueroa 1995)
+        s = m.add(y, x, out=y) if own_y else m.add(y, x)
+    else:
+        narrow = work_dtype(f) is np.float32
+        # a float32 result needs the float64 sum only briefly: a reused work buffer then
+        out = _scratch(x.size, np.float64).reshape(x.shape) if narrow and m is np else None
+        s = m.multiply(x, a, dtype=np.float64, out=out)  # a*x exact (24+24 bits) for float32
+        m.add(s, y, out=s)  # one float64 rounding of y + a*x, as a fused multiply-add would
+        if narrow:
+            with np.errstate(over="ignore"):
+                s = s.astype(np.float32)  # NumPy's cast is the IEEE (RNE) one: round_to float32
+    return s if f.name in ("float32", "float64") else round_to(s, f)
+
+
+@functools.lru_cache(maxsize=256)
+def _scalar_in(alpha: float, f: Format) -> np.float64:
+    """``alpha`` rounded to ``f`` (RNE) as a float64 scalar (cached: a per-step constant)."""
+    return np.float64(round_to(np.float64(alpha), f))
 
 
 class SGD(Optimizer):
@@ -173,7 +194,8 @@ class SGD(Optimizer):
             if buf is None:
                 buf = g.copy()
             else:  # buf.mul_(momentum).add_(grad): two in-place ops, two roundings
-                buf = _axpy(round_to(dt(self.momentum) * buf, f), 1.0, g, f)
+                mb = round_to(dt(self.momentum) * buf, f)  # a new array: add g into it
+                buf = _axpy(mb, 1.0, g, f, own_y=True)
             self.state[i]["momentum_buffer"] = buf
             g = buf
         return _axpy(w, -self.lr, g, f)  # param.add_(grad, alpha=-lr)

@@ -76,6 +76,50 @@ _MODE_ALIASES = {
 }  # fmt: skip
 
 
+_U32 = np.uint32
+_F16_EXP_LO, _F16_EXP_HI = _U32(113 << 23), _U32(143 << 23)  # 2**-14, 2**16
+_F16_K = _U32((13 << 23) | 0x400000)  # K = 1.5 * 2**(e + 13): adds 13 to the exponent field
+_F16_UP, _F16_DOWN = np.float32(2.0**112), np.float32(2.0**-112)
+
+
+def rne_float32_to_float16(x: np.ndarray, *, work: np.ndarray | None = None) -> np.ndarray:
+    """``round(x, "float16")`` for a C-contiguous float32 NumPy array: the same bits, leaner.
+
+    The autograd engine rounds many mid-sized float32 arrays to FP16; this skips the argument
+    checks and blocking of :func:`round`. The method is the same as its fast path, with the magic
+    constant computed from the exponent bits instead of a table: ``(x + K) - K`` rounds ``x``
+    (ties to even) to the quantum ``2**(max(e, -14) - 10)`` of its binade, with
+    ``K = 1.5 * 2**(max(e, -14) + 13)`` and the exponent clamped to [-14, 16] (beyond 2**16
+    everything overflows anyway); ``x``'s sign bit is put back (``-tiny`` rounds to ``-0``) and
+    ``|t| >= 2**16`` overflows to inf through ``t * 2**112 * 2**-112``. Tested equal to
+    :func:`round` on every float32 bit pattern (``tests/test_rounding.py``, slow).
+
+    Args:
+        x: C-contiguous float32 array.
+        work: optional uint32 scratch buffer of ``x.size`` elements (saves an allocation).
+
+    >>> rne_float32_to_float16(np.array([0.1, 70000.0, -1e-9], np.float32))
+    array([ 0.09997559,         inf, -0.        ], dtype=float32)
+    """
+    if x.dtype != np.float32 or not x.flags.c_contiguous:
+        raise TypeError(f"x must be a C-contiguous float32 array, got {x.dtype}")
+    xb = x.view(_U32)
+    k = (np.empty(x.size, _U32) if work is None else work[: x.size]).reshape(x.shape)
+    np.bitwise_and(xb, _U32(0x7F800000), out=k)
+    np.clip(k, _F16_EXP_LO, _F16_EXP_HI, out=k)
+    k += _F16_K
+    kf = k.view(np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        t: np.ndarray = np.add(x, kf)
+        t -= kf
+        np.bitwise_and(xb, _U32(0x80000000), out=k)
+        tb = t.view(_U32)
+        np.bitwise_or(tb, k, out=tb)
+        t *= _F16_UP
+        t *= _F16_DOWN
+    return t
+
+
 def get_mode(mode: str | RoundMode) -> RoundMode:
     """Resolve a rounding-mode name or alias to a :class:`RoundMode`.
 

@@ -1,0 +1,105 @@
+"""The fast paths of the training step, each against the path it replaces, bit for bit.
+
+Each compares bits with the path it replaces: rounding.round for the float16 kernel, numpy.where
+for the relu mask, the float64 expression for optim._axpy.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fpemu import rounding
+from fpemu.autograd import round_to
+from fpemu.formats import get_format
+from fpemu.functional import _relu_grad
+from fpemu.optim import _axpy
+
+
+def _edge_float32() -> np.ndarray:
+    f16 = get_format("float16")
+    base = [
+        0.0,
+        f16.smallest_subnormal,
+        f16.tiny,
+        f16.max,
+        65520.0,
+        65519.996,
+        2.0**16,
+        2.0**-25,
+        3 * 2.0**-26,
+        2.0**-24 * 1.5,
+        1e-45,
+        3.4e38,
+        np.inf,
+        np.nan,
+        1.0,
+        2049.0,
+    ]
+    v = np.array(base, np.float32)
+    near = np.concatenate([np.nextafter(v, np.float32(np.inf)), np.nextafter(v, np.float32(0))])
+    all_ = np.concatenate([v, near])
+    bits = np.array([0x7F800001, 0x7FBFFFFF, 0xFFC00001, 0x7FC00000], np.uint32).view(np.float32)
+    return np.concatenate([all_, -all_, bits])
+
+
+def test_round_to_float16_kernel_matches_rounding_round() -> None:
+    rng = np.random.default_rng(0)
+    rand = rng.integers(0, 2**32, 200_000, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    for x in (_edge_float32(), rand, rand.reshape(400, 500).T):  # .T: a non-contiguous input
+        with np.errstate(all="ignore"):
+            got = round_to(x, "float16")
+            want = rounding.round(np.ascontiguousarray(x), "float16")
+        assert got.dtype == np.float32 and got.flags.c_contiguous
+        np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+@pytest.mark.slow
+def test_round_to_float16_kernel_exhaustive() -> None:
+    n = 1 << 19  # below the kernel's size limit
+    with np.errstate(all="ignore"):
+        for i in range((1 << 32) // n):
+            x = np.arange(i * n, (i + 1) * n, dtype=np.uint64).astype(np.uint32).view(np.float32)
+            got = round_to(x, "float16").view(np.uint32)
+            assert np.array_equal(got, rounding.round(x, "float16").view(np.uint32)), i
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+def test_relu_grad_mask_matches_where(dt: type) -> None:
+    with np.errstate(all="ignore"):
+        x = _edge_float32().astype(dt)
+        v, g = np.meshgrid(x, x)
+        want = np.where(v > 0, g, 0.0)
+    got = _relu_grad(v, g)
+    assert got.dtype == dt
+    np.testing.assert_array_equal(got.view(f"u{got.itemsize}"), want.view(f"u{want.itemsize}"))
+
+
+@pytest.mark.parametrize("fmt", ["float32", "float16", "bfloat16", "float64"])
+@pytest.mark.parametrize("alpha", [1.0, -0.1, 0.9, 1e-3])
+def test_axpy_matches_float64_expression(fmt: str, alpha: float) -> None:
+    f = get_format(fmt)
+    rng = np.random.default_rng(1)
+    dt = np.float64 if fmt == "float64" else np.float32
+    with np.errstate(all="ignore"):
+        y = round_to((rng.normal(size=5000) * 10.0 ** rng.integers(-40, 38, 5000)).astype(dt), f)
+        x = round_to((rng.normal(size=5000) * 10.0 ** rng.integers(-40, 38, 5000)).astype(dt), f)
+        a = np.float64(round_to(np.float64(alpha), f))
+        exact = y.astype(np.float64) + a * x.astype(np.float64)
+        opmath = "float32" if dt == np.float32 else "float64"
+        want = round_to(round_to(exact, opmath), f)
+        for own in (False, True):
+            got = _axpy(y.copy(), alpha, x, f, own_y=own)
+            np.testing.assert_array_equal(
+                got.view(f"u{got.itemsize}"), want.view(f"u{want.itemsize}")
+            )
+
+
+def test_rne_float32_to_float16_is_round_and_refuses_other_input() -> None:
+    x = _edge_float32()
+    with np.errstate(all="ignore"):
+        got = rounding.rne_float32_to_float16(x)
+        want = rounding.round(x, "float16")
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+    with pytest.raises(TypeError, match="C-contiguous float32"):
+        rounding.rne_float32_to_float16(np.ones(3))
