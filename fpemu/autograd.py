@@ -29,7 +29,6 @@ array([[1., 0.]], dtype=float32)
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import ModuleType
@@ -38,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from fpemu import rounding
-from fpemu.backend import to_numpy, xp
+from fpemu.backend import scratch, to_numpy, xp
 from fpemu.formats import Format, FormatLike, get_format
 from fpemu.policy import Policy, autocast, get_policy
 
@@ -100,40 +99,13 @@ def round_to(x: Any, fmt: FormatLike) -> Array:
         # (tests/test_autograd.py checks it), at memory speed.
         with np.errstate(over="ignore"):
             return arr.astype(np.float32)
-    if (
-        m is np
-        and arr.dtype == np.float32
-        and 0 < arr.ndim
-        and arr.size < _F16_KERNEL_MAX
-        and (f is _FLOAT16 or f == _FLOAT16)
-    ):
-        arr = arr if arr.flags.c_contiguous else arr.copy()
-        return rounding.rne_float32_to_float16(arr, work=_scratch(arr.size, np.uint32))
     if arr.dtype == np.float32 and dt == np.float64:
         arr = arr.astype(np.float64)
     out = m.asarray(rounding.round(arr, f))
     return out.astype(dt, copy=False)
 
 
-_FLOAT16 = get_format("float16")
-#: Above this size rounding.round splits the work over threads; below it the lean kernel wins.
-_F16_KERNEL_MAX = 32 * rounding.BLOCK
-
-
-_SCRATCH = threading.local()
-
-
-def _scratch(n: int, dtype: type[np.generic]) -> np.ndarray:
-    """A per-thread NumPy work buffer of ``n`` elements of ``dtype``, reused from call to call
-    (a fresh large array costs page faults). Its contents must never escape the caller, and a
-    caller must not hold it across a call that may use the same dtype's buffer."""
-    bufs: dict[type[np.generic], np.ndarray] | None = getattr(_SCRATCH, "bufs", None)
-    if bufs is None:
-        bufs = _SCRATCH.bufs = {}
-    buf = bufs.get(dtype)
-    if buf is None or buf.size < n:
-        buf = bufs[dtype] = np.empty(n, dtype)
-    return buf[:n]
+_scratch = scratch  # kept under its old name for optim
 
 
 def to_namespace(a: Any, module: ModuleType, *, copy: bool = False) -> Array:

@@ -12,6 +12,7 @@ True
 from __future__ import annotations
 
 import sys
+import threading
 from types import ModuleType
 from typing import Any
 
@@ -56,3 +57,23 @@ def cupy_or_none() -> ModuleType | None:
         return None
     mod: ModuleType = cupy
     return mod
+
+
+_SCRATCH = threading.local()
+
+
+def scratch(n: int, dtype: Any) -> np.ndarray:
+    """A per-thread NumPy work buffer of ``n`` elements of ``dtype``, reused from call to call.
+
+    A fresh large temporary costs an mmap and page faults on every call; hot loops borrow this
+    instead. Its contents must never escape the caller, and a caller must not hold it across a
+    call that may borrow the same dtype's buffer.
+    """
+    bufs: dict[Any, np.ndarray] | None = getattr(_SCRATCH, "bufs", None)
+    if bufs is None:
+        bufs = _SCRATCH.bufs = {}
+    key = np.dtype(dtype)
+    buf = bufs.get(key)
+    if buf is None or buf.size < n:
+        buf = bufs[key] = np.empty(n, key)
+    return buf[:n]

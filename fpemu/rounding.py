@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from fpemu.backend import xp
+from fpemu.backend import scratch, xp
 from fpemu.formats import OVERFLOWS, Format, FormatLike, Overflow, get_format
 
 BLOCK = 32768  # elements per block: measured best (NumPy call overhead vs. cache footprint)
@@ -74,50 +74,6 @@ _MODE_ALIASES = {
     "odd": "rto", "to_odd": "rto",
     "sr": "stochastic",
 }  # fmt: skip
-
-
-_U32 = np.uint32
-_F16_EXP_LO, _F16_EXP_HI = _U32(113 << 23), _U32(143 << 23)  # 2**-14, 2**16
-_F16_K = _U32((13 << 23) | 0x400000)  # K = 1.5 * 2**(e + 13): adds 13 to the exponent field
-_F16_UP, _F16_DOWN = np.float32(2.0**112), np.float32(2.0**-112)
-
-
-def rne_float32_to_float16(x: np.ndarray, *, work: np.ndarray | None = None) -> np.ndarray:
-    """``round(x, "float16")`` for a C-contiguous float32 NumPy array: the same bits, leaner.
-
-    The autograd engine rounds many mid-sized float32 arrays to FP16; this skips the argument
-    checks and blocking of :func:`round`. The method is the same as its fast path, with the magic
-    constant computed from the exponent bits instead of a table: ``(x + K) - K`` rounds ``x``
-    (ties to even) to the quantum ``2**(max(e, -14) - 10)`` of its binade, with
-    ``K = 1.5 * 2**(max(e, -14) + 13)`` and the exponent clamped to [-14, 16] (beyond 2**16
-    everything overflows anyway); ``x``'s sign bit is put back (``-tiny`` rounds to ``-0``) and
-    ``|t| >= 2**16`` overflows to inf through ``t * 2**112 * 2**-112``. Tested equal to
-    :func:`round` on every float32 bit pattern (``tests/test_rounding.py``, slow).
-
-    Args:
-        x: C-contiguous float32 array.
-        work: optional uint32 scratch buffer of ``x.size`` elements (saves an allocation).
-
-    >>> rne_float32_to_float16(np.array([0.1, 70000.0, -1e-9], np.float32))
-    array([ 0.09997559,         inf, -0.        ], dtype=float32)
-    """
-    if x.dtype != np.float32 or not x.flags.c_contiguous:
-        raise TypeError(f"x must be a C-contiguous float32 array, got {x.dtype}")
-    xb = x.view(_U32)
-    k = (np.empty(x.size, _U32) if work is None else work[: x.size]).reshape(x.shape)
-    np.bitwise_and(xb, _U32(0x7F800000), out=k)
-    np.clip(k, _F16_EXP_LO, _F16_EXP_HI, out=k)
-    k += _F16_K
-    kf = k.view(np.float32)
-    with np.errstate(over="ignore", invalid="ignore"):
-        t: np.ndarray = np.add(x, kf)
-        t -= kf
-        np.bitwise_and(xb, _U32(0x80000000), out=k)
-        tb = t.view(_U32)
-        np.bitwise_or(tb, k, out=tb)
-        t *= _F16_UP
-        t *= _F16_DOWN
-    return t
 
 
 def get_mode(mode: str | RoundMode) -> RoundMode:
@@ -269,9 +225,11 @@ class _FastPlan:
     ovf: Overflow
     np_: Any
     bits32: bool  # float32 input, float32-exponent format: integer bias trick
-    table: Any  # K for the magic-constant trick (see _k_table)
     uint: Any
-    shift: Any
+    exp_mask: Any  # K's bits come from x's exponent field: see _fast_plan
+    k_lo: Any
+    k_hi: Any
+    k_off: Any
     sign: Any
     scale_up: Any  # power-of-two overflow trick, or None
     scale_down: Any
@@ -282,12 +240,17 @@ class _FastPlan:
         if self.bits32:
             t = _rne_bits32(x, self.f)
         else:
-            k = self.table.take(x.view(self.uint) >> self.shift)  # by sign and exponent
+            xb = x.view(self.uint)
+            kb = scratch(x.size, self.uint).reshape(x.shape) if np_ is np else None
+            kb = np_.bitwise_and(xb, self.exp_mask, out=kb)
+            np_.clip(kb, self.k_lo, self.k_hi, out=kb)
+            kb += self.k_off
+            k = kb.view(x.dtype)
             t = np_.add(x, k, out=into)
             t -= k  # exact: t is now x rounded (ties to even) to the format's quantum
             if self.f.has_negative_zero:  # (x + K) - K turns -tiny into +0: restore x's sign
                 tb = t.view(self.uint)
-                np_.bitwise_or(tb, np_.bitwise_and(x.view(self.uint), self.sign), out=tb)
+                np_.bitwise_or(tb, np_.bitwise_and(xb, self.sign, out=kb), out=tb)  # K is spent
         if self.ovf == "saturate":
             np_.clip(t, -self.f.max, self.f.max, out=t)
         elif self.scale_up is not None:
@@ -307,6 +270,7 @@ class _FastPlan:
         return _finish(t, self.f, self.sub)
 
 
+@functools.lru_cache(maxsize=256)
 def _fast_plan(f: Format, m: RoundMode, sub: bool, ovf: Overflow, dtype: Any, np_: Any) -> Any:
     """The fast round-to-nearest-even plan for this call, or None if it does not apply."""
     wide = dtype == np_.float64
@@ -314,28 +278,22 @@ def _fast_plan(f: Format, m: RoundMode, sub: bool, ovf: Overflow, dtype: Any, np
         return None
     uint, frac, top = (np_.uint64, 52, 1023) if wide else (np_.uint32, 23, 127)
     bits32 = not wide and _float32_exponent(f)
-    table = None if bits32 else _k_table(f, 64 if wide else 32)
+    # K = 1.5 * 2**(frac + max(e, emin) - mbits), built on x's own exponent field: clip the
+    # field to [emin, hi], add (frac - mbits) to it and set the 0.5 fraction bit. hi keeps K
+    # finite (K's biased exponent <= 2*top - 1); beyond the format's range any finite K will do.
+    lo, hi = f.emin + top, 2 * top - 1 - frac + f.mbits
     pow2 = ovf == "inf" and f.specials != "fn" and f.emax >= 0 and not bits32
     ftype = np_.float64 if wide else np_.float32
     return _FastPlan(
-        f=f, sub=sub, ovf=ovf, np_=np_, bits32=bits32,
-        table=None if table is None else np_.asarray(table),
-        uint=uint, shift=uint(frac), sign=uint(1 << (63 if wide else 31)),
+        f=f, sub=sub, ovf=ovf, np_=np_, bits32=bits32, uint=uint,
+        exp_mask=uint(((1 << (63 - frac if wide else 31 - frac)) - 1) << frac),
+        k_lo=uint(lo << frac), k_hi=uint(hi << frac),
+        k_off=uint(((frac - f.mbits) << frac) | (1 << (frac - 1))),
+        sign=uint(1 << (63 if wide else 31)),
         scale_up=ftype(2.0 ** (top - f.emax)) if pow2 else None,
         scale_down=ftype(2.0 ** (f.emax - top)) if pow2 else None,
         nan_scale=_nan_scale(f, np.dtype(ftype)) if ovf == "nan" else None,
     )  # fmt: skip
-
-
-@functools.lru_cache(maxsize=64)
-def _k_table(f: Format, width: int) -> np.ndarray:
-    """K = 1.5 * 2**frac * quantum for every (sign, biased exponent) of float64 or float32."""
-    frac, ebias, emax = (52, 1023, 1023) if width == 64 else (23, 127, 127)
-    e = np.arange(2 * ebias + 2) - ebias
-    q = np.maximum(e, f.emin) - f.mbits
-    q = np.minimum(q, emax - frac - 1)  # beyond the format's range any finite K will do
-    k = np.ldexp(1.5, q + frac).astype(np.float64 if width == 64 else np.float32)
-    return np.concatenate([k, k])
 
 
 def _rne32_ok(f: Format) -> bool:
@@ -371,8 +329,11 @@ def _nan_scale(f: Format, dtype: np.dtype[Any]) -> Any:
     """
     top_ulp = math.ldexp(1.0, f.emax - f.mbits)
     width = 1024 if dtype == np.float64 else 128
-    with np.errstate(over="ignore"):
-        s = dtype.type(math.ldexp(1.0 / (f.max + top_ulp / 2), width))
+    try:
+        with np.errstate(over="ignore"):
+            s = dtype.type(math.ldexp(1.0 / (f.max + top_ulp / 2), width))
+    except OverflowError:  # a format whose max is tiny: the masked path handles it
+        return None
     return s if np.isfinite(s) and f.mbits <= 50 else None
 
 

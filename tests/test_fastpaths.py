@@ -1,7 +1,7 @@
 """The fast paths of the training step, each against the path it replaces, bit for bit.
 
-Each compares bits with the path it replaces: rounding.round for the float16 kernel, numpy.where
-for the relu mask, the float64 expression for optim._axpy.
+Each compares bits with the path it replaces: numpy.where for the relu mask, the float64
+expression for optim._axpy.
 """
 
 from __future__ import annotations
@@ -9,7 +9,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fpemu import rounding
 from fpemu.autograd import round_to
 from fpemu.formats import get_format
 from fpemu.functional import _relu_grad
@@ -43,27 +42,6 @@ def _edge_float32() -> np.ndarray:
     return np.concatenate([all_, -all_, bits])
 
 
-def test_round_to_float16_kernel_matches_rounding_round() -> None:
-    rng = np.random.default_rng(0)
-    rand = rng.integers(0, 2**32, 200_000, dtype=np.uint64).astype(np.uint32).view(np.float32)
-    for x in (_edge_float32(), rand, rand.reshape(400, 500).T):  # .T: a non-contiguous input
-        with np.errstate(all="ignore"):
-            got = round_to(x, "float16")
-            want = rounding.round(np.ascontiguousarray(x), "float16")
-        assert got.dtype == np.float32 and got.flags.c_contiguous
-        np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
-
-
-@pytest.mark.slow
-def test_round_to_float16_kernel_exhaustive() -> None:
-    n = 1 << 19  # below the kernel's size limit
-    with np.errstate(all="ignore"):
-        for i in range((1 << 32) // n):
-            x = np.arange(i * n, (i + 1) * n, dtype=np.uint64).astype(np.uint32).view(np.float32)
-            got = round_to(x, "float16").view(np.uint32)
-            assert np.array_equal(got, rounding.round(x, "float16").view(np.uint32)), i
-
-
 @pytest.mark.parametrize("dt", [np.float32, np.float64])
 def test_relu_grad_mask_matches_where(dt: type) -> None:
     with np.errstate(all="ignore"):
@@ -93,13 +71,3 @@ def test_axpy_matches_float64_expression(fmt: str, alpha: float) -> None:
             np.testing.assert_array_equal(
                 got.view(f"u{got.itemsize}"), want.view(f"u{want.itemsize}")
             )
-
-
-def test_rne_float32_to_float16_is_round_and_refuses_other_input() -> None:
-    x = _edge_float32()
-    with np.errstate(all="ignore"):
-        got = rounding.rne_float32_to_float16(x)
-        want = rounding.round(x, "float16")
-    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
-    with pytest.raises(TypeError, match="C-contiguous float32"):
-        rounding.rne_float32_to_float16(np.ones(3))

@@ -266,3 +266,10 @@ def test_hypothesis_custom_formats(f: fpemu.Format, mode: str, x: float, scaled:
         )
     got = fpemu.round(np.array([x]), f, mode=mode)
     assert_same_bits(got, oracle_round([x], f, mode), [x])
+
+
+def test_overflow_to_nan_in_a_format_with_a_tiny_max() -> None:
+    # max = 2**-2 * 1.0: the mask-free NaN factor would exceed float64, so the masked path runs
+    f = fpemu.Format("tiny_fn", ebits=2, mbits=0, bias=3, specials="fn")
+    x = np.array([0.0, 0.1, f.max, 1.0, -1.0])
+    assert_same_bits(fpemu.round(x, f), oracle_round(x, f, "rne"), x)
