@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from fpemu import rounding
-from fpemu.backend import scratch, to_numpy, xp
+from fpemu.backend import to_numpy, xp
 from fpemu.formats import Format, FormatLike, get_format
 from fpemu.policy import Policy, autocast, get_policy
 
@@ -103,9 +103,6 @@ def round_to(x: Any, fmt: FormatLike) -> Array:
         arr = arr.astype(np.float64)
     out = m.asarray(rounding.round(arr, f))
     return out.astype(dt, copy=False)
-
-
-_scratch = scratch  # kept under its old name for optim
 
 
 def to_namespace(a: Any, module: ModuleType, *, copy: bool = False) -> Array:

@@ -29,8 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from fpemu.autograd import Array, Tensor, _scratch, round_to, to_namespace, work_dtype
-from fpemu.backend import xp
+from fpemu.autograd import Array, Tensor, round_to, to_namespace, work_dtype
+from fpemu.backend import scratch, xp
 from fpemu.formats import Format, FormatLike, get_format
 
 Grads = Sequence[Array | None]
@@ -156,7 +156,7 @@ def _axpy(y: Array, alpha: float, x: Array, f: Format, *, own_y: bool = False) -
     else:
         narrow = work_dtype(f) is np.float32
         # a float32 result needs the float64 sum only briefly: a reused work buffer then
-        out = _scratch(x.size, np.float64).reshape(x.shape) if narrow and m is np else None
+        out = scratch(x.size, np.float64).reshape(x.shape) if narrow and m is np else None
         s = m.multiply(x, a, dtype=np.float64, out=out)  # a*x exact (24+24 bits) for float32
         m.add(s, y, out=s)  # one float64 rounding of y + a*x, as a fused multiply-add would
         if narrow:

@@ -151,9 +151,9 @@ def round(  # noqa: A001 - the natural name; numpy has np.round too
     src, dst = arr.reshape(-1), out.reshape(-1)
 
     plan = _fast_plan(f, m, sub, ovf, arr.dtype, np_)
+    native = plan is not None and arr.dtype == np_.float32  # a float32 plan: no widening
     if plan is None and arr.dtype == np_.float32:  # no float32 plan: work in float64
         plan = _fast_plan(f, m, sub, ovf, np_.dtype(np_.float64), np_)
-    native = plan is not None and arr.dtype == np_.float32 and _rne32_ok(f)
     step = 2 * BLOCK if native else BLOCK  # blocks of the same size in bytes
 
     def work(lo: int, hi: int) -> None:
@@ -165,7 +165,7 @@ def round(  # noqa: A001 - the natural name; numpy has np.round too
                 if plan is not None:
                     res = plan(blk, into)
                 else:
-                    res = _round_block(blk, f, m, sub, ovf, rng, into)
+                    res = _round_block(blk, f, m, sub, ovf, rng)
                 if res is not into:
                     dst[i:j] = res
 
@@ -198,7 +198,6 @@ def _round_block(
     sub: bool,
     ovf: Overflow,
     rng: np.random.Generator | None,
-    into: Any = None,
 ) -> Any:
     """The general path (any mode): scale to an integer, round it, scale back."""
     t = _round_general(x, f, m, rng)
