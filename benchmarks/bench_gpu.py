@@ -4,7 +4,7 @@ Two tables, each against a baseline measured in the same run on the same device:
 
 1. ``fpemu.round`` throughput on CuPy arrays as a fraction of the device's copy bandwidth
    (``cupy.copyto`` of the same array: read + write, the floor any elementwise pass pays).
-2. Emulated FP16 matmul (``fpemu.accumulate.matmul`` sequential model and this GPU's
+2. Emulated FP16 matmul (``fpemu.linalg.matmul`` sequential model and this GPU's
    tensor-core model) against the native FP16 matmul (``cupy.matmul`` on float16, cuBLAS).
 
 Without CuPy or a usable GPU it prints why and exits with status 0 (nothing to measure).
@@ -27,8 +27,8 @@ import numpy as np
 
 import fpemu
 import fpemu.tensorcore  # registers the tensor-core models
-from fpemu.accumulate import matmul
 from fpemu.backend import cupy_or_none
+from fpemu.linalg import matmul
 
 
 def best_seconds(cupy: Any, fn: Callable[[], Any], repeat: int) -> float:
@@ -90,7 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("bench_gpu: CuPy with a usable CUDA GPU is needed; none here, nothing measured.",
               file=sys.stderr)  # fmt: skip
         return 0
-    from fpemu.hardware.mma import device_capability, device_name, model_for_capability  # noqa: PLC0415
+    from fpemu.tensorcore.hardware.mma import device_capability, device_name, model_for_capability  # noqa: PLC0415
 
     major, minor = device_capability(cupy)
     try:

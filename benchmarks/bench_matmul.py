@@ -1,6 +1,6 @@
 """Speed of the accumulation models relative to numpy.matmul on float32, same run.
 
-Times ``fpemu.accumulate.matmul(a, b, fmt="fp16", acc="fp32", model=...)`` on random
+Times ``fpemu.linalg.matmul(a, b, fmt="fp16", acc="fp32", model=...)`` on random
 n x n x n problems for every built-in model and prints the best of ``--repeat`` runs and the
 ratio to the baseline ``a32 @ b32`` (NumPy float32 matmul, the inputs already float32), timed in
 the same run. The emulator's operands are given as float64 and, separately, as float32
@@ -23,7 +23,7 @@ from functools import partial
 
 import numpy as np
 
-from fpemu.accumulate import matmul
+from fpemu.linalg import matmul
 
 MODELS = ("sequential", "pairwise", "blocked", "fast")
 

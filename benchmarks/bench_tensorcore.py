@@ -1,6 +1,6 @@
 """Speed of the tensor-core models relative to the sequential FP32 model, same run.
 
-Times ``fpemu.accumulate.matmul(a, b, fmt="fp16", acc="fp32", model=...)`` on random n x n x n
+Times ``fpemu.linalg.matmul(a, b, fmt="fp16", acc="fp32", model=...)`` on random n x n x n
 problems for ``model="sequential"`` (the baseline) and the a100 and h100 tensor-core models.
 The models are timed in turn within each repeat (so a change in machine load hits them all)
 and the best time of each is reported with its ratio to the baseline.
@@ -18,7 +18,7 @@ from functools import partial
 import numpy as np
 
 import fpemu.tensorcore  # noqa: F401 - registers the tensor-core models
-from fpemu.accumulate import matmul
+from fpemu.linalg import matmul
 
 BASELINE = "sequential"
 

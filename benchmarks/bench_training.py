@@ -21,9 +21,9 @@ from dataclasses import replace
 
 import numpy as np
 
+from fpemu.amp.policy import get_policy
 from fpemu.nn import MLP
-from fpemu.policy import get_policy
-from fpemu.training import make_optimizer, make_scaler, train_step
+from fpemu.training.loop import make_optimizer, make_scaler, train_step
 
 SIZES = (64, 256, 256, 10)
 BATCH = 256

@@ -8,9 +8,9 @@
 """
 
 from fpemu import tensorcore  # registers the Tensor Core accumulation models
-from fpemu.accumulate import dot, get_model, matmul, models, register_model
+from fpemu.amp.policy import Policy, autocast, get_policy, preset_names
+from fpemu.amp.scaling import get_scaler
 from fpemu.arith import add, cast, div, fma, mul, sqrt, sub
-from fpemu.autograd import Tensor
 from fpemu.bits import (
     all_values,
     canonical_nan,
@@ -22,14 +22,14 @@ from fpemu.bits import (
     next_up,
     ulp,
 )
-from fpemu.error_analysis import compare_models, exact_matmul
 from fpemu.formats import ALIASES, FORMATS, Format, get_format
 from fpemu.limits import FInfo, finfo
+from fpemu.linalg import dot, get_model, matmul, models, register_model
+from fpemu.linalg.error_analysis import compare_models, exact_matmul
 from fpemu.nn import MLP, Linear
-from fpemu.optim import SGD, Adam, clip_grad_norm
-from fpemu.policy import Policy, autocast, get_policy, preset_names
+from fpemu.nn.optim import SGD, Adam, clip_grad_norm
+from fpemu.nn.tensor import Tensor
 from fpemu.rounding import RoundMode, get_mode, round
-from fpemu.scaling import get_scaler
 from fpemu.storage import format_of, from_storage, storage_dtype, to_storage
 from fpemu.tensorcore import tensor_core_matmul
 from fpemu.training import TrainResult, train

@@ -18,7 +18,7 @@ from fpemu import arith
 from fpemu.bits import decode
 from fpemu.formats import get_format
 from fpemu.rounding import round as fround
-from fpemu.strategies import values
+from fpemu.testing.strategies import values
 from tests.conftest import DET_MODES, spec_of
 from tests.oracle import assert_same_bits
 

@@ -7,10 +7,10 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from fpemu import functional as fn
 from fpemu import rounding
-from fpemu.autograd import Tensor, cast, gradcheck, round_to
-from fpemu.policy import autocast
+from fpemu.amp.policy import autocast
+from fpemu.nn import functional as fn
+from fpemu.nn.tensor import Tensor, cast, gradcheck, round_to
 
 RNG = np.random.default_rng(1234)
 X = RNG.normal(size=(3, 4))
@@ -21,7 +21,7 @@ LN_B = RNG.normal(size=4)
 LABELS = np.array([0, 3, 1])
 TARGET = RNG.normal(size=(3, 4))
 
-#: op name -> (function of Tensors, inputs). Every op of fpemu.policy.OPS appears once at least.
+#: op name -> (function of Tensors, inputs). Every op of fpemu.amp.policy.OPS appears once at least.
 CASES: dict[str, tuple[Callable[..., Tensor], list[np.ndarray]]] = {
     "linear": (lambda x, w, b: fn.linear(x, w, b), [X, W, B]),
     "linear_nobias": (lambda x, w: fn.linear(x, w), [X, W]),

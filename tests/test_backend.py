@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import fpemu
-from fpemu import accumulate, arith
+from fpemu import arith, linalg
 from fpemu.backend import cupy_or_none, to_numpy, xp
 from fpemu.formats import FORMATS
 from fpemu.tensorcore import ARCHS, tensor_core_matmul
@@ -135,11 +135,11 @@ class Block:
             raise ImportError("cupy blocked by the test")
         return None
 sys.meta_path.insert(0, Block())
-for m in ["fpemu", "fpemu.accumulate", "fpemu.arith", "fpemu.tensorcore", "fpemu.autograd",
-          "fpemu.functional", "fpemu.cli", "fpemu.hardware", "fpemu.hardware.cli",
-          "fpemu.hardware.mma"]:
+for m in ["fpemu", "fpemu.linalg", "fpemu.arith", "fpemu.tensorcore", "fpemu.nn.tensor",
+          "fpemu.nn.functional", "fpemu.cli", "fpemu.tensorcore.hardware", "fpemu.cli.crosscheck",
+          "fpemu.tensorcore.hardware.mma"]:
     importlib.import_module(m)
-import fpemu.hardware.mma as mma
+import fpemu.tensorcore.hardware.mma as mma
 mma.kernel_source(mma.INSTRUCTIONS["fp16"])
 assert Block.seen == [] and "cupy" not in sys.modules, Block.seen
 print("ok")
@@ -210,24 +210,24 @@ def _mat(*shape: int, scale: float = 1.0) -> np.ndarray:
 @pytest.mark.parametrize("model", ["sequential", "pairwise", "blocked", "fast"])
 def test_matmul_models_dispatch(fake: FakeCupy, model: str) -> None:
     a, b, c = _mat(3, 5, 40), _mat(40, 6), _mat(3, 5, 6)
-    _check(fake, accumulate.matmul, a, b, fmt="fp16", model=model)
+    _check(fake, linalg.matmul, a, b, fmt="fp16", model=model)
     acc = "float32" if model == "fast" else "bf16"  # the fast model accumulates in FP32 only
-    _check(fake, accumulate.matmul, a, b, c=c, fmt="bf16", acc=acc, model=model)
+    _check(fake, linalg.matmul, a, b, c=c, fmt="bf16", acc=acc, model=model)
     acc = "float32" if model == "fast" else "fp16"
-    _check(fake, accumulate.matmul, a, b, fmt="e4m3", acc=acc, out="e5m2", model=model)
+    _check(fake, linalg.matmul, a, b, fmt="e4m3", acc=acc, out="e5m2", model=model)
 
 
 def test_dot_and_sum_dispatch(fake: FakeCupy) -> None:
-    _check(fake, accumulate.dot, _mat(300), _mat(300), fmt="fp16")
-    _check(fake, accumulate.sum, _mat(4, 300, scale=100.0), fmt="fp16", acc="fp16")
-    _check(fake, accumulate.sum, _mat(4, 30), fmt="bf16", axis=0)
+    _check(fake, linalg.dot, _mat(300), _mat(300), fmt="fp16")
+    _check(fake, linalg.sum, _mat(4, 300, scale=100.0), fmt="fp16", acc="fp16")
+    _check(fake, linalg.sum, _mat(4, 30), fmt="bf16", axis=0)
 
 
 def test_matmul_stochastic_accumulation_dispatches(fake: FakeCupy) -> None:
     a, b = _mat(4, 64), _mat(64, 3)
-    want = accumulate.matmul(a, b, fmt="fp16", acc="bf16", mode="stochastic",
+    want = linalg.matmul(a, b, fmt="fp16", acc="bf16", mode="stochastic",
                              rng=np.random.default_rng(3))  # fmt: skip
-    got = accumulate.matmul(to_device(a), to_device(b), fmt="fp16", acc="bf16",
+    got = linalg.matmul(to_device(a), to_device(b), fmt="fp16", acc="bf16",
                             mode="stochastic", rng=np.random.default_rng(3))  # fmt: skip
     _same_bits(got, want)
 
@@ -275,7 +275,7 @@ def test_tensor_core_models_dispatch(fake: FakeCupy, arch: str) -> None:
         a[0, 0, 0], a[0, 1, 1], b[2, 3] = FORMATS[fmt].smallest_subnormal, 0.0, 0.0
         c = fpemu.round(_mat(2, 16, 8), "float32")
         _check(fake, tensor_core_matmul, a, b, c, arch=arch, fmt=fmt)
-        _check(fake, accumulate.matmul, a, b, fmt=fmt, model=arch)
+        _check(fake, linalg.matmul, a, b, fmt=fmt, model=arch)
 
 
 def test_tensor_core_specials_and_fp16_accumulation_dispatch(fake: FakeCupy) -> None:
@@ -303,9 +303,9 @@ def _check_many(fake: FakeCupy, fn: Callable[..., list[Any]], *args: Any) -> Non
 
 
 def test_autograd_step_dispatches(fake: FakeCupy) -> None:
-    from fpemu import functional as fn  # noqa: PLC0415
-    from fpemu.autograd import Tensor  # noqa: PLC0415
-    from fpemu.optim import SGD  # noqa: PLC0415
+    from fpemu.nn import functional as fn  # noqa: PLC0415
+    from fpemu.nn.optim import SGD  # noqa: PLC0415
+    from fpemu.nn.tensor import Tensor  # noqa: PLC0415
 
     def step(xa: Any, wa: Any) -> list[Any]:
         x = Tensor(xa, "float32")
@@ -326,9 +326,9 @@ _POLICIES = ["torch_cuda_fp16", "torch_cpu_bf16", "apex_O2", "naive_fp16", "floa
 @pytest.mark.parametrize("optimizer", ["sgd", "adam"])
 def test_mlp_training_steps_dispatch(fake: FakeCupy, policy: str, optimizer: str) -> None:
     """An MLP moved to the device: forward, loss, scaled backward, optimizer steps, clipping."""
-    from fpemu import functional as fn  # noqa: PLC0415
     from fpemu.nn import MLP  # noqa: PLC0415
-    from fpemu.optim import SGD, Adam, clip_grad_norm  # noqa: PLC0415
+    from fpemu.nn import functional as fn  # noqa: PLC0415
+    from fpemu.nn.optim import SGD, Adam, clip_grad_norm  # noqa: PLC0415
 
     def train(xa: Any, ya: Any) -> list[Any]:
         model = MLP([6, 8, 5, 3], activation="gelu", norm=True, policy=policy, seed=1)
@@ -358,9 +358,9 @@ def test_mlp_training_steps_dispatch(fake: FakeCupy, policy: str, optimizer: str
 
 @pytest.mark.parametrize("policy", ["torch_cuda_fp16", "float64"])
 def test_elementwise_and_fused_ops_dispatch(fake: FakeCupy, policy: str) -> None:
-    from fpemu import functional as fn  # noqa: PLC0415
-    from fpemu.autograd import Tensor, cast  # noqa: PLC0415
-    from fpemu.policy import autocast  # noqa: PLC0415
+    from fpemu.amp.policy import autocast  # noqa: PLC0415
+    from fpemu.nn import functional as fn  # noqa: PLC0415
+    from fpemu.nn.tensor import Tensor, cast  # noqa: PLC0415
 
     def graph(xa: Any, wa: Any, ba: Any, ta: Any) -> list[Any]:
         fmt = "float64" if policy == "float64" else "float32"
@@ -386,7 +386,7 @@ def test_elementwise_and_fused_ops_dispatch(fake: FakeCupy, policy: str) -> None
 
 def test_model_to_and_state_dicts_move_between_namespaces(fake: FakeCupy) -> None:
     from fpemu.nn import MLP  # noqa: PLC0415
-    from fpemu.optim import Adam  # noqa: PLC0415
+    from fpemu.nn.optim import Adam  # noqa: PLC0415
 
     host = MLP([3, 4, 2], policy="apex_O2", seed=2)
     dev = MLP([3, 4, 2], policy="apex_O2", seed=2).to(fake)
@@ -405,9 +405,9 @@ def test_model_to_and_state_dicts_move_between_namespaces(fake: FakeCupy) -> Non
 
 def test_training_statistics_and_accuracy_dispatch(fake: FakeCupy) -> None:
     """Gradient statistics and accuracy of a device model equal the host ones."""
-    from fpemu import functional as fn  # noqa: PLC0415
     from fpemu.nn import MLP  # noqa: PLC0415
-    from fpemu.training import _layer_stats, accuracy, classify  # noqa: PLC0415
+    from fpemu.nn import functional as fn  # noqa: PLC0415
+    from fpemu.training.loop import _layer_stats, accuracy, classify  # noqa: PLC0415
 
     rng = np.random.default_rng(5)
     x = (rng.standard_normal((16, 4)) * 30.0).astype(np.float32)

@@ -1,4 +1,4 @@
-"""fpemu.error_analysis: exact results against the oracle's exact_dot, errors, classic bounds."""
+"""fpemu.linalg.error_analysis: exact results against the oracle's exact_dot, errors, bounds."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import reference.dot as rd
-from fpemu.accumulate import matmul
-from fpemu.error_analysis import compare_models, exact_matmul, unit_roundoff
+from fpemu.linalg import matmul
+from fpemu.linalg.error_analysis import compare_models, exact_matmul, unit_roundoff
 from fpemu.rounding import round as fround
 
 

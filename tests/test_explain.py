@@ -8,7 +8,7 @@ from fractions import Fraction
 import pytest
 
 from fpemu.cli import main
-from fpemu.explain import exact_decimal, explain, parse_value
+from fpemu.describe import exact_decimal, explain, parse_value
 from fpemu.formats import Format
 
 ANSI = re.compile(r"\x1b\[")

@@ -9,10 +9,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fpemu.autograd import round_to
 from fpemu.formats import get_format
-from fpemu.functional import _relu_grad
-from fpemu.optim import _axpy
+from fpemu.nn.functional import _relu_grad
+from fpemu.nn.optim import _axpy
+from fpemu.nn.tensor import round_to
 
 
 def _edge_float32() -> np.ndarray:

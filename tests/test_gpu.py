@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import fpemu
-from fpemu import accumulate
+from fpemu import linalg
 from fpemu.backend import cupy_or_none, to_numpy, xp
 from fpemu.formats import FORMATS
 from fpemu.tensorcore import ARCHS, tensor_core_matmul
@@ -22,16 +22,16 @@ cupy = pytest.importorskip("cupy", reason="CuPy is not installed (pip install 'f
 if cupy_or_none() is None:
     pytest.skip("CuPy is installed but no CUDA device is usable", allow_module_level=True)
 
-from fpemu.hardware.crosscheck import crosscheck  # noqa: E402 - after the skips
-from fpemu.hardware.generators import GENERATORS, generate  # noqa: E402
-from fpemu.hardware.mma import (  # noqa: E402
+from fpemu.tensorcore.hardware.crosscheck import crosscheck  # noqa: E402 - after the skips
+from fpemu.tensorcore.hardware.generators import GENERATORS, generate  # noqa: E402
+from fpemu.tensorcore.hardware.mma import (  # noqa: E402
     INSTRUCTIONS,
     device_capability,
     model_for_capability,
     run_mma,
     supported,
 )
-from fpemu.hardware.words import from_words, to_words  # noqa: E402
+from fpemu.tensorcore.hardware.words import from_words, to_words  # noqa: E402
 
 RNG = np.random.default_rng(20261121)
 MAJOR, MINOR = device_capability(cupy)
@@ -95,8 +95,8 @@ def test_decode_on_gpu(fmt: str) -> None:
 @pytest.mark.parametrize("model", ["sequential", "pairwise", "blocked", "fast"])
 def test_matmul_on_gpu(model: str) -> None:
     a, b = RNG.standard_normal((4, 64, 256)), RNG.standard_normal((256, 32))
-    _both(accumulate.matmul, a, b, fmt="fp16", model=model)
-    _both(accumulate.matmul, a, b, fmt="bf16", model=model)
+    _both(linalg.matmul, a, b, fmt="fp16", model=model)
+    _both(linalg.matmul, a, b, fmt="bf16", model=model)
 
 
 @pytest.mark.parametrize("arch", list(ARCHS))

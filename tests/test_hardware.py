@@ -20,11 +20,12 @@ import pytest
 from rich.console import Console
 
 import fpemu
+from fpemu.cli import crosscheck as cli
 from fpemu.formats import get_format
-from fpemu.hardware import cli
-from fpemu.hardware.crosscheck import crosscheck, emulate_words, save_mismatches
-from fpemu.hardware.generators import GENERATORS, Cases, generate, safe_exponent, values
-from fpemu.hardware.mma import (
+from fpemu.tensorcore import ARCHS
+from fpemu.tensorcore.hardware.crosscheck import crosscheck, emulate_words, save_mismatches
+from fpemu.tensorcore.hardware.generators import GENERATORS, Cases, generate, safe_exponent, values
+from fpemu.tensorcore.hardware.mma import (
     CAPABILITY_MODELS,
     INSTRUCTIONS,
     Instruction,
@@ -34,8 +35,7 @@ from fpemu.hardware.mma import (
     model_for_capability,
     supported,
 )
-from fpemu.hardware.words import from_words, same_words, to_words
-from fpemu.tensorcore import ARCHS
+from fpemu.tensorcore.hardware.words import from_words, same_words, to_words
 
 RNG = np.random.default_rng(20261121)
 PAIRS = sorted({(i.fmt, i.acc) for i in INSTRUCTIONS.values()})
@@ -518,7 +518,7 @@ def test_cli_without_gpu_says_so_and_exits_nonzero(
 
 
 def test_cli_module_without_cupy_exits_3() -> None:
-    code = ("import sys; sys.modules['cupy'] = None; from fpemu.hardware.cli import main; "
+    code = ("import sys; sys.modules['cupy'] = None; from fpemu.cli.crosscheck import main; "
             "raise SystemExit(main(['--cases', '10']))")  # fmt: skip
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 3 and "needs an NVIDIA GPU" in r.stderr

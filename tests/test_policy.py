@@ -1,7 +1,7 @@
 """Policies: every op's result format under every preset, against tables written from amp.md.
 
 The expected tables below are transcribed from the research note (amp.md sections cited), not
-generated from fpemu.policy: "f32" is float32, "lp" the preset's low format.
+generated from fpemu.amp.policy: "f32" is float32, "lp" the preset's low format.
 """
 
 from __future__ import annotations
@@ -13,11 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fpemu import functional as fn
-from fpemu.autograd import Tensor, cast, round_to
-from fpemu.nn import MLP
-from fpemu.optim import SGD
-from fpemu.policy import (
+from fpemu.amp.policy import (
     NATIVE,
     OPS,
     Policy,
@@ -28,6 +24,10 @@ from fpemu.policy import (
     preset_names,
     presets_markdown,
 )
+from fpemu.nn import MLP
+from fpemu.nn import functional as fn
+from fpemu.nn.optim import SGD
+from fpemu.nn.tensor import Tensor, cast, round_to
 
 # op -> (result format with x = f32, result format with x = lp); weights/bias/LN params are f32.
 # amp.md 2.4 table, CUDA column "x=f32 / x=f16 (source)"; 2.2 lists (bf16 uses the same lists).

@@ -16,7 +16,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from fpemu.scaling import (
+from fpemu.amp.scaling import (
     SCALER_ALIASES,
     SCALERS,
     ApexDynamicScaler,

@@ -1,4 +1,4 @@
-"""fpemu.strategies: only representable values, options honoured, bad arguments refused, and
+"""fpemu.testing.strategies: only representable values, options honoured, bad arguments refused, and
 (the point of the module) planted bugs in rounding and arithmetic are found within Hypothesis'
 default budget of 100 examples."""
 
@@ -17,8 +17,8 @@ from hypothesis.errors import InvalidArgument
 
 import fpemu
 import reference
-from fpemu import strategies as fst
 from fpemu.formats import FORMATS, Format, get_format
+from fpemu.testing import strategies as fst
 from tests.conftest import spec_of
 from tests.oracle import oracle_values
 

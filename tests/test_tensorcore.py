@@ -29,14 +29,14 @@ from hypothesis import strategies as st
 
 import fpemu
 import reference
-from fpemu.accumulate import dot, matmul
+from fpemu.cli.tensorcore import main_compare
+from fpemu.linalg import dot, matmul
 from fpemu.tensorcore import (
     ARCHS,
     BlockSpec,
     block_dot_add,
     compare,
     get_arch,
-    main_compare,
     register_all,
     tensor_core_matmul,
 )
@@ -276,7 +276,7 @@ def test_spec_worked_cases(case: str, arch: str) -> None:
 
 
 def test_public_dot_uses_the_model() -> None:
-    """``fpemu.accumulate.dot`` with ``model=`` an architecture: spec 2.7 E10 on A100 [HW]."""
+    """``fpemu.linalg.dot`` with ``model=`` an architecture: spec 2.7 E10 on A100 [HW]."""
     x = [1.0] + [2.0**-12] * 14 + [0.0]
     assert float(dot(x, x, fmt="fp16", model="sm_80")) == 1 + 6 * 2.0**-23
 

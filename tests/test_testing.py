@@ -12,13 +12,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import fpemu
-from fpemu import strategies as fst
 from fpemu.testing import (
     assert_bitwise_equal,
     assert_representable,
     assert_ulp_close,
     ulp_distance,
 )
+from fpemu.testing import strategies as fst
 from tests.oracle import oracle_values
 
 sorted_values = functools.cache(oracle_values)  # the oracle decodes every code: do it once

@@ -9,15 +9,15 @@ import math
 import numpy as np
 import pytest
 
-from fpemu import functional as fn
-from fpemu.autograd import Tensor
-from fpemu.datasets import digits, get_dataset, moons, spirals
-from fpemu.experiment import run_experiment
+from fpemu.amp.policy import get_policy
+from fpemu.amp.scaling import TorchGradScaler, get_scaler
 from fpemu.nn import MLP
-from fpemu.optim import SGD, Adam, clip_grad_norm
-from fpemu.policy import get_policy
-from fpemu.scaling import TorchGradScaler, get_scaler
-from fpemu.training import GradView, classify, make_optimizer, make_scaler, train, train_step
+from fpemu.nn import functional as fn
+from fpemu.nn.optim import SGD, Adam, clip_grad_norm
+from fpemu.nn.tensor import Tensor
+from fpemu.training.datasets import digits, get_dataset, moons, spirals
+from fpemu.training.experiment import run_experiment
+from fpemu.training.loop import GradView, classify, make_optimizer, make_scaler, train, train_step
 
 RNG = np.random.default_rng(99)
 

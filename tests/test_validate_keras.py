@@ -11,7 +11,7 @@ os.environ.setdefault("KERAS_BACKEND", "torch")
 pytest.importorskip("torch")
 keras = pytest.importorskip("keras")
 
-from fpemu.scaling import KerasLossScaleOptimizer  # noqa: E402
+from fpemu.amp.scaling import KerasLossScaleOptimizer  # noqa: E402
 from fpemu.validate.keras_checks import KERAS_SCRIPTS, check_keras_scaler  # noqa: E402
 
 pytestmark = pytest.mark.skipif(

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from fpemu.scaling import TorchGradScaler
+from fpemu.amp.scaling import TorchGradScaler
 from fpemu.validate import CheckResult, Report, ScalerRecorder, TraceEntry, check_trace
 
 

@@ -13,10 +13,10 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import fpemu  # noqa: E402
-from fpemu.policy import get_policy  # noqa: E402
-from fpemu.scaling import TorchGradScaler  # noqa: E402
+from fpemu.amp.policy import get_policy  # noqa: E402
+from fpemu.amp.scaling import TorchGradScaler  # noqa: E402
+from fpemu.cli.validate import main as cli_main  # noqa: E402
 from fpemu.validate import ScalerRecorder, check_trace, validate_torch  # noqa: E402
-from fpemu.validate.cli import main as cli_main  # noqa: E402
 from fpemu.validate.torch_autocast import check_autocast  # noqa: E402
 from fpemu.validate.torch_casts import (  # noqa: E402
     TARGETS,

@@ -12,9 +12,9 @@ FP32 accumulation and the exact value.
 >>> [tensor_core_matmul(a, b, c, arch=x, fmt="fp16").item() for x in ("a100", "h100")]
 [1.0, 1.0000001192092896]
 
-Importing this package registers every architecture with :mod:`fpemu.accumulate`:
+Importing this package registers every architecture with :mod:`fpemu.linalg`:
 
->>> from fpemu.accumulate import matmul
+>>> from fpemu.linalg import matmul
 >>> matmul(a, b, fmt="fp16", c=c, model="sm_90").item()
 1.0000001192092896
 """
@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from fpemu.accumulate import register_model
+from fpemu.linalg import register_model
 from fpemu.tensorcore.arch import (
     ARCH_ALIASES,
     ARCHS,
@@ -34,7 +34,7 @@ from fpemu.tensorcore.arch import (
     tensor_core_matmul,
 )
 from fpemu.tensorcore.block import BlockSpec, ResultFormat, block_dot_add, chain_blocks
-from fpemu.tensorcore.compare import Comparison, compare, main_compare
+from fpemu.tensorcore.compare import Comparison, compare
 
 __all__ = [
     "ARCHS",
@@ -47,7 +47,6 @@ __all__ = [
     "chain_blocks",
     "compare",
     "get_arch",
-    "main_compare",
     "make_model",
     "register_all",
     "tensor_core_matmul",
@@ -57,7 +56,7 @@ __all__ = [
 def register_all(register: Callable[..., Any]) -> None:
     """Register every architecture with a ``register(name, fn, *, aliases, description)``.
 
-    ``fpemu.accumulate.register_model`` is the intended ``register``; the aliases of an
+    ``fpemu.linalg.register_model`` is the intended ``register``; the aliases of an
     architecture are the names in :data:`ARCH_ALIASES` that point to it.
 
     >>> seen = {}

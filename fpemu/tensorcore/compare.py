@@ -8,9 +8,7 @@
 
 from __future__ import annotations
 
-import argparse
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -18,10 +16,10 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from fpemu.accumulate import get_model
 from fpemu.formats import Format, FormatLike, get_format
+from fpemu.linalg import get_model
 from fpemu.rounding import round as fround
-from fpemu.tensorcore.arch import ARCHS, get_arch, tensor_core_matmul
+from fpemu.tensorcore.arch import get_arch, tensor_core_matmul
 
 #: compare() computes the exact result with Fractions: at most this many products.
 MAX_EXACT_PRODUCTS = 200_000
@@ -36,7 +34,7 @@ class Comparison:
         fmt: input format; ``acc``: accumulator format.
         tensor_core: the tensor-core model's result.
         sequential: sequential FMA-chain accumulation in ``acc`` (the ``"sequential"`` model of
-            :mod:`fpemu.accumulate`).
+            :mod:`fpemu.linalg`).
         exact: the exact ``A @ B + C`` rounded once to float64 (for display).
         tensor_core_ulps, sequential_ulps: signed error ``(result - exact) / ulp_acc(exact)``
             computed exactly, ``ulp_acc`` being the spacing of ``acc`` at the exact value.
@@ -104,49 +102,6 @@ def compare(
         tensor_core_ulps=_ulps(tc, exact, acc_f),
         sequential_ulps=_ulps(seq, exact, acc_f),
     )  # fmt: skip
-
-
-def main_compare(argv: Sequence[str] | None = None) -> int:
-    """Command-line front end of :func:`compare`; prints the table, returns the exit status.
-
-    Vectors are comma-separated numbers; without ``--a``/``--b`` a random problem is drawn.
-
-    >>> main_compare(["--arch", "a100", "--fmt", "fp16", "--a", "1,1", "--b", "1,-5.96e-8",
-    ...               "--c", "-0.99999994"])  # doctest: +ELLIPSIS
-    a100 tensor core, float16 inputs, float32 accumulation
-    ...
-    0
-    """
-    args = configure(argparse.ArgumentParser(prog="fpemu tensorcore")).parse_args(argv)
-    return run(args)
-
-
-def configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """Add the compare options to ``parser`` (for the ``fpemu`` CLI)."""
-    parser.add_argument("--arch", default="h100", help=f"one of {', '.join(ARCHS)} or an alias")
-    parser.add_argument("--fmt", default="float16", help="input format (fp16, bf16, tf32, ...)")
-    parser.add_argument("--acc", default="float32", help="accumulator: float32 or float16")
-    parser.add_argument("--a", help="comma-separated row vector a (length K)")
-    parser.add_argument("--b", help="comma-separated column vector b (length K)")
-    parser.add_argument("--c", type=float, default=0.0, help="accumulator input C")
-    parser.add_argument("--k", type=int, default=64, help="K of a random problem")
-    parser.add_argument("--seed", type=int, default=0, help="seed of a random problem")
-    return parser
-
-
-def run(args: argparse.Namespace) -> int:
-    """Run a parsed compare command; returns the exit status."""
-    if (args.a is None) != (args.b is None):
-        raise ValueError("give both --a and --b, or neither (random problem)")
-    if args.a is None:
-        rng = np.random.default_rng(args.seed)
-        a = rng.standard_normal((1, args.k))
-        b = rng.standard_normal((args.k, 1))
-    else:
-        a = np.array([[float(x) for x in args.a.split(",")]])
-        b = np.array([[float(x)] for x in args.b.split(",")])
-    print(compare(a, b, fmt=args.fmt, arch=args.arch, c=[[args.c]], acc=args.acc))
-    return 0
 
 
 def _exact(A: Any, B: Any, C: Any, shape: tuple[int, ...]) -> NDArray[np.object_]:

@@ -1,5 +1,5 @@
 """Keras 3: ``keras.optimizers.LossScaleOptimizer`` (torch backend) against fpemu's
-:class:`~fpemu.scaling.KerasLossScaleOptimizer`.
+:class:`~fpemu.amp.scaling.KerasLossScaleOptimizer`.
 
 Both sides get the same scaled gradients (coefficients times the current scale, in float32,
 with an inf or NaN injected on scripted steps) and apply them to a float32 variable through
@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from fpemu.scaling import KerasLossScaleOptimizer
+from fpemu.amp.scaling import KerasLossScaleOptimizer
 from fpemu.validate.report import CheckResult
 from fpemu.validate.torch_scaler import Script, _s, mismatches32
 

@@ -4,7 +4,7 @@ Record, once per iteration, the scale your loss was multiplied by and whether th
 iteration's gradients held an inf or NaN (optionally whether the step was skipped). Then
 :func:`check_trace` replays the same found-inf sequence through fpemu's scaler for the named
 rules (``"torch"``, ``"keras"``, ``"tf_keras"``, ``"apex"``, ..., or any
-:class:`~fpemu.scaling.LossScaler`) and points at the first step where the recorded scale (or
+:class:`~fpemu.amp.scaling.LossScaler`) and points at the first step where the recorded scale (or
 skip) breaks them.
 
 >>> rec = ScalerRecorder()
@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from fpemu.scaling import LossScaler, get_scaler
+from fpemu.amp.scaling import LossScaler, get_scaler
 from fpemu.validate.report import CheckResult
 
 
@@ -162,7 +162,7 @@ def check_trace(trace: Any, rules: str | LossScaler = "torch", **options: Any) -
     Args:
         trace: a :class:`ScalerRecorder`, or a sequence of :class:`TraceEntry`,
             ``(scale, found_inf[, skipped])`` tuples or dicts.
-        rules: a scaler name for :func:`fpemu.scaling.get_scaler` (``"torch"``, ``"keras"``,
+        rules: a scaler name for :func:`fpemu.amp.scaling.get_scaler` (``"torch"``, ``"keras"``,
             ``"tf_keras"``, ``"apex"``, ``"hysteresis"``...), or a LossScaler (used as is).
         **options: the scaler's constructor keywords (e.g. ``growth_interval=2000``); the
             initial scale defaults to the first recorded scale.

@@ -1,7 +1,7 @@
 """Autocast: the dtype torch's CPU autocast returns, op by op, against fpemu's presets.
 
-Every op fpemu's autograd engine knows (:data:`fpemu.policy.OPS`) is run twice per case: in
-torch under ``torch.autocast("cpu", dtype=low)`` and in :mod:`fpemu.functional` under the
+Every op fpemu's autograd engine knows (:data:`fpemu.amp.policy.OPS`) is run twice per case: in
+torch under ``torch.autocast("cpu", dtype=low)`` and in :mod:`fpemu.nn.functional` under the
 matching preset (``torch_cpu_bf16`` / ``torch_cpu_fp16``), with the same argument dtypes
 (activations float32 or low, parameters float32). The output dtypes must be the same.
 
@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from fpemu.policy import Policy, get_policy
+from fpemu.amp.policy import Policy, get_policy
 from fpemu.validate.report import CheckResult
 
 #: The presets that mirror torch CPU autocast, and torch's dtype name for their low format.
@@ -42,7 +42,7 @@ class OpCase:
 
 
 def _cases() -> list[OpCase]:
-    import fpemu.functional as F  # noqa: N812, PLC0415 - keeps the module light to import
+    import fpemu.nn.functional as F  # noqa: N812, PLC0415 - keeps the module light to import
 
     def tf(name: str) -> Any:
         import torch.nn.functional as TF  # noqa: N812, PLC0415 - optional dependency
@@ -90,7 +90,7 @@ def _cases() -> list[OpCase]:
 
 
 class _LazyCases(Sequence[OpCase]):
-    """The case list, built on first use (it imports fpemu.functional)."""
+    """The case list, built on first use (it imports fpemu.nn.functional)."""
 
     _items: list[OpCase] | None = None
 
@@ -106,7 +106,7 @@ class _LazyCases(Sequence[OpCase]):
         return len(self._get())
 
 
-#: Every op case; together they cover every op of :data:`fpemu.policy.OPS`.
+#: Every op case; together they cover every op of :data:`fpemu.amp.policy.OPS`.
 CASES: Sequence[OpCase] = _LazyCases()
 
 
@@ -114,7 +114,7 @@ def _arguments(act: str, seed: int) -> tuple[dict[str, Any], dict[str, Any]]:
     """(torch namespace, fpemu namespace) with the same values; activations in ``act``."""
     import torch  # noqa: PLC0415 - optional dependency
 
-    from fpemu.autograd import Tensor  # noqa: PLC0415
+    from fpemu.nn.tensor import Tensor  # noqa: PLC0415
 
     rng = np.random.default_rng(seed)
     shapes = {"x": (_B, _K), "y": (_B, _K), "z": (_K, _B), "W": (_N, _K), "b": (_N,),
@@ -174,7 +174,8 @@ def check_autocast(
     """One result per preset: agree when every case's output dtype matches torch's.
 
     Args:
-        presets: preset names or :class:`~fpemu.policy.Policy` objects (tests inject wrong ones).
+        presets: preset names or :class:`~fpemu.amp.policy.Policy` objects (tests inject wrong
+            ones).
         seed: seed of the argument values (dtypes do not depend on them).
     """
     out = []

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from fpemu.scaling import TorchGradScaler
+from fpemu.amp.scaling import TorchGradScaler
 from fpemu.validate.report import CheckResult
 
 #: Builds the fpemu scaler from torch's constructor keywords.

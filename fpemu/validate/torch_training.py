@@ -1,5 +1,5 @@
 """Training side by side: the same MLP, weights and batches in torch (CPU autocast + GradScaler)
-and in fpemu (the matching preset + :class:`~fpemu.scaling.TorchGradScaler`).
+and in fpemu (the matching preset + :class:`~fpemu.amp.scaling.TorchGradScaler`).
 
 Per step the loss, the scale and whether the step was skipped are compared. The scale and skip
 sequences must be identical. Losses may drift apart: fpemu's matmul accumulation model is not
@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from fpemu.amp.policy import Policy, get_policy
 from fpemu.bits import ulp
-from fpemu.policy import Policy, get_policy
 from fpemu.validate.report import CheckResult
 from fpemu.validate.torch_scaler import ScalerFactory, default_factory
 
@@ -68,10 +68,10 @@ def side_by_side(
 
     torch: Any = torch_module  # used untyped: the check reads torch's results
 
-    from fpemu.datasets import get_dataset  # noqa: PLC0415
+    from fpemu.amp.scaling import get_scaler  # noqa: PLC0415
     from fpemu.nn import MLP  # noqa: PLC0415
-    from fpemu.scaling import get_scaler  # noqa: PLC0415
-    from fpemu.training import make_optimizer, train_step  # noqa: PLC0415
+    from fpemu.training.datasets import get_dataset  # noqa: PLC0415
+    from fpemu.training.loop import make_optimizer, train_step  # noqa: PLC0415
 
     pol = get_policy(policy)
     low = pol.compute.name
@@ -258,9 +258,9 @@ def _explain(dd: dict[str, Any], max_ulps: float, low: str) -> str:
 
 
 def fpemu_sgd_update(w: np.ndarray, g: np.ndarray, lr: float) -> np.ndarray:
-    """One :class:`fpemu.optim.SGD` step (momentum 0) on float32 weights ``w``."""
-    from fpemu.autograd import Tensor  # noqa: PLC0415
-    from fpemu.optim import SGD  # noqa: PLC0415
+    """One :class:`fpemu.nn.optim.SGD` step (momentum 0) on float32 weights ``w``."""
+    from fpemu.nn.optim import SGD  # noqa: PLC0415
+    from fpemu.nn.tensor import Tensor  # noqa: PLC0415
 
     p = Tensor(w.copy(), "float32", requires_grad=True)
     SGD([p], lr=lr).step([g.copy()])

@@ -1,0 +1,242 @@
+"""Dot products, sums and matmuls with explicit input, accumulator and output formats.
+
+``matmul(a, b, fmt=..., acc=..., out=..., c=..., model=...)`` rounds the inputs to ``fmt``
+(round-to-nearest-even), then an *accumulation model* adds the exact products (and the addend
+``c``) in the accumulator format ``acc`` in a stated order, and the result is rounded to
+``out`` (default ``acc``). Built-in models (see :func:`fpemu.linalg.models`):
+
+- ``"sequential"``: ``s = c (or +0); for k = 0, 1, ...: s = round_acc(s + a[k] * b[k])``: one
+  fused multiply-add (a single rounding) per step, vectorised over the whole output.
+- ``"pairwise"``: the products (each rounded to ``acc``) are summed by the recursive halving
+  tree ``sum(t) = round_acc(sum(t[:h]) + sum(t[h:]))``, ``h = len(t) // 2``; then
+  ``round_acc(c + tree)``.
+- ``"blocked"`` (``block=``, default 32): the K range is cut into chunks of ``block``; each chunk
+  is a ``sequential`` chain started from +0, and the chunk results are added in order into the
+  running sum started from ``c`` (or +0), one rounding per addition.
+- ``"fast"``: platform BLAS (``numpy.matmul`` on float32) after the exact input rounding: FP32
+  accumulation in an unspecified order, not bit-reproducible; ``acc`` must be float32.
+
+Every step of the exact models is the exact sum rounded once: for inputs of at most 12 bits of
+precision whose products fit float32 (fp16, fp8 and in-range bf16/tf32) with an IEEE float32
+accumulator under round-to-nearest-even, the float32 adder itself does it (the product is an
+exact float32, and IEEE addition is correctly rounded). Otherwise the product is exact in float64
+(inputs of at most 26 bits), the sum ``s + p`` is made exact with TwoSum, reduced to float64
+round-to-odd and rounded once to ``acc`` (see :mod:`fpemu.arith`). Both routes give the same bits.
+("float64 sum, then round to acc" is NOT enough: it double-rounds for bf16/fp16 accumulators
+(``2**-100 + 3 * 87`` in bf16), float32 inputs (48-bit products) and every directed mode;
+tests/test_accumulate.py checks such cases against the oracle and that the naive way fails.)
+Where the hardware adder is the step (that float32 case, or a float64 accumulator) and the
+arrays are NumPy's, whole chains run inside NumPy's C einsum, whose loop order gives exactly
+the sequential chain (checked at first use; see ``_einsum_chains``); otherwise a Python loop
+over k updates blocks of output rows.
+
+Options of the exact models: ``mode``, ``subnormals``, ``overflow`` and ``rng`` of
+:func:`fpemu.round`, used for every accumulation step and the final rounding to ``out``. A
+float64 accumulator supports ``mode="rne"`` only. Stochastic rounding draws one uniform per
+step and output element, in a fixed order (blocks of output rows, then k): reproducible for a
+given seed and shape. Inputs must have at most 26 bits of precision (float32 and narrower).
+
+Other models plug in with :func:`register_model`. A model is a callable
+``fn(a, b, c, *, fmt, acc, out, **options) -> float64 ndarray`` where ``a`` is ``(..., M, K)`` and
+``b`` is ``(..., K, N)`` with equal batch shapes, both float64 holding values of ``fmt`` (already
+rounded: a model must not round them again), ``c`` is None or a ``(..., M, N)`` float64 array of
+``acc`` values, ``fmt``/``acc``/``out`` are :class:`~fpemu.formats.Format` objects, and the
+result is ``(..., M, N)`` float64 holding values of ``out``. ``options`` are the extra keyword
+arguments given to :func:`matmul`.
+
+>>> import numpy as np
+>>> a = np.array([[1.0, 2.0**-11, 2.0**-11, 2.0**-11]]); b = np.ones((4, 1))
+>>> float(matmul(a, b, fmt="fp16", acc="fp16")[0, 0])
+1.0
+>>> float(matmul(a, b, fmt="fp16", acc="fp16", model="pairwise")[0, 0])
+1.0009765625
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from fpemu.backend import xp
+from fpemu.formats import Format, FormatLike, get_format
+from fpemu.linalg.chains import _NATIVE
+from fpemu.linalg.registry import Model, get_model
+from fpemu.linalg.step import _F16, _F32, _fits_float32, _same_format
+from fpemu.rounding import round as fround
+
+
+# -- public entry points ------------------------------------------------------------------------
+def matmul(
+    a: Any,
+    b: Any,
+    *,
+    fmt: FormatLike = "float16",
+    acc: FormatLike = "float32",
+    out: FormatLike | None = None,
+    c: Any = None,
+    model: str | Model = "sequential",
+    **options: Any,
+) -> Any:
+    """``a @ b (+ c)`` with inputs in ``fmt``, accumulation in ``acc``, result in ``out``.
+
+    Shapes follow :func:`numpy.matmul`: ``(..., M, K) @ (..., K, N)`` with broadcast batch
+    dimensions; a 1-D ``a`` (or ``b``) is a row (column) vector whose axis is removed afterwards.
+
+    Args:
+        a: left operand, rounded to ``fmt`` (round-to-nearest-even) first.
+        b: right operand, rounded to ``fmt`` first.
+        fmt: input format.
+        acc: accumulator format.
+        out: result format (default: ``acc``); the accumulator is rounded to it once at the end.
+        c: optional addend broadcastable to the result, rounded to ``acc`` first.
+        model: an accumulation model name (see :func:`models`) or a model callable.
+        **options: passed to the model. Built-in models take ``mode``, ``subnormals``,
+            ``overflow`` and ``rng`` (as for :func:`fpemu.round`, applied to every accumulation
+            step and to the final rounding); ``"blocked"`` also takes ``block``.
+
+    Returns:
+        float32 array if every ``out`` value fits float32, else float64.
+
+    Raises:
+        ValueError: shapes do not match, unknown model or format, bad option value.
+        TypeError: non-numeric operands, unknown option.
+
+    >>> import numpy as np
+    >>> a = np.array([[1.0, 1e-4], [2.0, 3.0]])
+    >>> matmul(a, a, fmt="fp16", acc="fp32")
+    array([[1.0002000e+00, 4.0006638e-04],
+           [8.0000000e+00, 9.0002003e+00]], dtype=float32)
+    """
+    f = get_format(fmt, arg="fmt")
+    fa = get_format(acc, arg="acc")
+    fo = fa if out is None else get_format(out, arg="out")
+    fn = get_model(model)
+    impl = _NATIVE.get(fn)  # a built-in: takes float32 operands, returns the accumulator's dtype
+    keep32 = impl is not None and _fits_float32(f)
+    A, B = _operand("a", a, keep32=keep32), _operand("b", b, keep32=keep32)
+    vec_a, vec_b = A.ndim == 1, B.ndim == 1
+    if vec_a:
+        A = A[None, :]
+    if vec_b:
+        B = B[:, None]
+    if A.shape[-1] != B.shape[-2]:
+        raise ValueError(
+            f"matmul: a has shape {tuple(A.shape)} and b has shape {tuple(B.shape)}; "
+            f"the contracted sizes {A.shape[-1]} and {B.shape[-2]} differ"
+        )
+    np_ = xp(A, B)
+    try:
+        batch = np.broadcast_shapes(A.shape[:-2], B.shape[:-2])
+    except ValueError:
+        raise ValueError(
+            f"matmul: batch shapes of a {tuple(A.shape)} and b {tuple(B.shape)} do not broadcast"
+        ) from None
+    M, K, N = A.shape[-2], A.shape[-1], B.shape[-1]
+    A = np_.broadcast_to(_round_input(A, a, f, keep32=keep32), (*batch, M, K))
+    B = np_.broadcast_to(_round_input(B, b, f, keep32=keep32), (*batch, K, N))
+    C = None
+    if c is not None:
+        C = fround(_operand("c", c, allow_0d=True), fa)
+        C = C[..., None] if vec_b and C.ndim else C
+        try:
+            C = np_.broadcast_to(C, (*batch, M, N))
+        except ValueError:
+            raise ValueError(
+                f"matmul: c with shape {tuple(np_.shape(c))} does not broadcast to the result"
+            ) from None
+    dt = np_.float32 if _fits_float32(fo) else np_.float64
+    if impl is not None:  # its result is a new array holding values of fo
+        res = np_.asarray(impl(A, B, C, fmt=f, acc=fa, out=fo, **options), dtype=dt)
+    else:
+        res = np_.asarray(fn(A, B, C, fmt=f, acc=fa, out=fo, **options), dtype=np_.float64)
+        res = res.astype(dt)
+    if vec_b:
+        res = res[..., 0]
+    if vec_a:
+        res = res[..., 0, :] if not vec_b else res[..., 0]
+    return res[()] if res.ndim == 0 else res
+
+
+def dot(
+    a: Any,
+    b: Any,
+    *,
+    fmt: FormatLike = "float16",
+    acc: FormatLike = "float32",
+    out: FormatLike | None = None,
+    c: Any = None,
+    model: str | Model = "sequential",
+    **options: Any,
+) -> Any:
+    """Dot product over the last axis (broadcasting the others), as :func:`matmul` computes it.
+
+    >>> float(dot([1.0, 2.0**-11, 2.0**-11], [1.0, 1.0, 1.0], acc="fp16"))
+    1.0
+    """
+    A, B = _operand("a", a), _operand("b", b)
+    if A.ndim == 0 or B.ndim == 0:
+        raise ValueError(f"dot needs vectors, got a with shape {A.shape}, b with shape {B.shape}")
+    C = None if c is None else _operand("c", c, allow_0d=True)[..., None, None]
+    res = matmul(
+        A[..., None, :], B[..., :, None], fmt=fmt, acc=acc, out=out, c=C, model=model, **options
+    )
+    return res[..., 0, 0][()]
+
+
+def sum(  # noqa: A001 - the natural name, like numpy.sum
+    x: Any,
+    *,
+    axis: int = -1,
+    fmt: FormatLike = "float16",
+    acc: FormatLike = "float32",
+    out: FormatLike | None = None,
+    model: str | Model = "sequential",
+    **options: Any,
+) -> Any:
+    """Sum of ``x`` along ``axis`` (inputs rounded to ``fmt``), as a dot with ones.
+
+    >>> float(sum([1.0] + [2.0**-11] * 4, acc="fp16")), float(sum([1.0] + [2.0**-11] * 4))
+    (1.0, 1.001953125)
+    """
+    X = _operand("x", x)
+    if X.ndim == 0:
+        raise ValueError("sum needs at least one axis, got a 0-d x")
+    if not -X.ndim <= axis < X.ndim:
+        raise ValueError(f"axis={axis} is out of range for x with {X.ndim} dimensions")
+    X = xp(X).moveaxis(X, axis, -1)
+    ones = xp(X).ones(X.shape[-1], dtype=xp(X).float64)
+    return dot(X, ones, fmt=fmt, acc=acc, out=out, model=model, **options)
+
+
+def _operand(name: str, v: Any, *, allow_0d: bool = False, keep32: bool = False) -> Any:
+    """``v`` as a float64 array (float32 if ``keep32`` and ``v`` is float32 or float16)."""
+    arr = v if hasattr(v, "dtype") and hasattr(v, "shape") else np.asarray(v)
+    dt = arr.dtype
+    ok = dt.kind in "fiub" or (dt.kind == "V" and "float" in dt.name)
+    if not ok:
+        raise TypeError(f"{name} must hold real numbers, got {name} with dtype {dt}")
+    if arr.ndim == 0 and not allow_0d:
+        raise ValueError(f"{name} must have at least one dimension, got a 0-d {name}")
+    np_ = xp(arr)
+    narrow = keep32 and dt in (np_.float32, np_.float16)  # exact in float32: no float64 copy
+    with np.errstate(invalid="ignore"):  # signalling NaNs quietly become NaN
+        return np_.asarray(arr, dtype=np_.float32 if narrow else np_.float64)
+
+
+def _round_input(x: Any, given: Any, f: Format, *, keep32: bool) -> Any:
+    """``x`` (``given`` as an array) rounded to ``f`` (RNE, the format's defaults), as float32
+    if ``keep32`` allows. Skipped where the dtype of ``given`` holds only values of ``f``
+    (float16 data for float16 or float32 inputs, float32 data for float32)."""
+    src = getattr(given, "dtype", None)
+    np_ = xp(x)
+    if (src == np_.float16 and (_same_format(f, _F16) or _same_format(f, _F32))) or (
+        src == np_.float32 and _same_format(f, _F32)
+    ):
+        return x
+    if np_ is np and x.dtype == np.float64 and _same_format(f, _F16):
+        # NumPy's float64 -> float16 cast is this rounding (RNE, gradual underflow, overflow to
+        # inf; the test of the accumulator casts checks it against the oracle), in one pass
+        with np.errstate(over="ignore", invalid="ignore"):
+            return x.astype(np.float16).astype(np.float32 if keep32 else np.float64)
+    return fround(x, f)
