@@ -29,6 +29,16 @@ from fpemu.linalg.error_analysis import compare_models, exact_matmul
 from fpemu.nn import MLP, Linear
 from fpemu.nn.optim import SGD, Adam, clip_grad_norm
 from fpemu.nn.tensor import Tensor
+from fpemu.quant import (
+    BLOCK_FORMATS,
+    BlockFormat,
+    Quantized,
+    dequantize,
+    explain_block,
+    get_block_format,
+    quantize,
+    scaled_matmul,
+)
 from fpemu.rounding import RoundMode, get_mode, round
 from fpemu.storage import format_of, from_storage, storage_dtype, to_storage
 from fpemu.tensorcore import tensor_core_matmul
@@ -38,14 +48,17 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ALIASES",
+    "BLOCK_FORMATS",
     "FORMATS",
     "MLP",
     "SGD",
     "Adam",
+    "BlockFormat",
     "FInfo",
     "Format",
     "Linear",
     "Policy",
+    "Quantized",
     "RoundMode",
     "Tensor",
     "TrainResult",
@@ -59,14 +72,17 @@ __all__ = [
     "codes",
     "compare_models",
     "decode",
+    "dequantize",
     "div",
     "dot",
     "encode",
     "exact_matmul",
+    "explain_block",
     "finfo",
     "fma",
     "format_of",
     "from_storage",
+    "get_block_format",
     "get_format",
     "get_mode",
     "get_model",
@@ -78,8 +94,10 @@ __all__ = [
     "next_down",
     "next_up",
     "preset_names",
+    "quantize",
     "register_model",
     "round",
+    "scaled_matmul",
     "sqrt",
     "storage_dtype",
     "sub",

@@ -41,6 +41,10 @@ How one rounding is achieved (``z`` is the exact result, ``p`` the precision of 
    it covers every float32/tf32 operand and float32 output as well (24 <= 51). Elements with any
    other finite operand take an exact scalar path: Python ``Fraction``/integer arithmetic
    computes ``RO53(z)`` directly (slow, but exact for any float64 operand).
+   Below 2**-1022 RO53's quantum stays 2**-1074, two bits finer than the format's only when
+   ``emin - mbits >= -1072``. For formats reaching further down (to 2**-1073 or 2**-1074), a
+   tiny exact result of the scalar path is rounded to the format directly, in the mode (the
+   fast path never produces one: float32 operands give results above 2**-300).
 3. ``fmt = float64`` (``p = 53``): only ``mode="rne"`` with default options is supported;
    the result is ``RN53(z)`` (``hi``; exact scalar path via correctly rounded ``int / int``).
 
@@ -68,7 +72,8 @@ evaluation indeed fails on it.
 
 Zero signs follow IEEE 754: an exact zero sum of operands of opposite sign (or of ``+0 + -0``) is
 ``+0``, except under ``mode="rdown"`` where it is ``-0``; ``x + x`` keeps the sign of ``x``.
-Stochastic rounding sees ``RO53(z)``, so its probabilities are exact to within ``2**(p - 53)``.
+Stochastic rounding sees ``RO53(z)``, so its probabilities are exact to within ``2**(p - 53)``
+(not so for results below 2**-1022 in formats with ``emin - mbits < -1072``).
 
 >>> add(1.0, 2.0**-11, fmt="fp16")
 np.float64(1.0)
@@ -88,6 +93,8 @@ from numpy.typing import NDArray
 
 from fpemu.backend import to_numpy, xp
 from fpemu.formats import Format, FormatLike, Overflow, get_format
+from fpemu.inputs import as_float_array
+from fpemu.inputs import result_dtype as _result_dtype
 from fpemu.rounding import RoundMode, get_mode
 from fpemu.rounding import round as fround
 
@@ -97,6 +104,10 @@ F64 = NDArray[np.float64]
 MAX_RO_PRECISION = 51
 _VELTKAMP = 134217729.0  # 2**27 + 1: splits a float64 into two 26-bit halves
 _F64_MAX = float(np.finfo(np.float64).max)
+#: RO53's quantum is 2**-1074 below 2**-1022: formats with a finer quantum than 2**-1072 there
+#: (emin - mbits < -1072) have their tiny results rounded exactly (:func:`_round_tiny`).
+_RO_SAFE_QUANTUM = -1072
+_TINY_RO = Fraction(1, 2**1021)
 
 
 # -- public operations --------------------------------------------------------------------------
@@ -264,34 +275,12 @@ def result_dtype(fmt: FormatLike, *inputs: Any) -> np.dtype[Any]:
 
     float16/float32/float64 inputs keep their dtype when every value of ``fmt`` fits in it;
     other floats (ml_dtypes) count as float32; integers, bools and Python numbers as float64.
+    The rule lives in :func:`fpemu.inputs.result_dtype` (:func:`fpemu.round` follows it too).
 
     >>> result_dtype("bf16", np.float16(1)), result_dtype("fp16", np.float16(1))
     (dtype('float32'), dtype('float16'))
     """
-    f = get_format(fmt)
-    widest = np.dtype(np.float16)
-    for v in inputs:
-        dt = getattr(v, "dtype", None)
-        if dt is not None and np.dtype(dt) in (np.float16, np.float32, np.float64):
-            cand = np.dtype(dt)
-        elif dt is not None and _is_real(np.dtype(dt)) and np.dtype(dt).kind in "fV":
-            cand = np.dtype(np.float32) if np.dtype(dt).itemsize <= 4 else np.dtype(np.float64)
-        else:
-            cand = np.dtype(np.float64)
-        widest = max(widest, cand, key=lambda d: d.itemsize)
-    for dt in (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)):
-        if dt.itemsize >= widest.itemsize and _fits(f, dt):
-            return dt
-    return np.dtype(np.float64)
-
-
-def _fits(f: Format, dt: np.dtype[Any]) -> bool:
-    fi = np.finfo(dt)
-    return (
-        f.precision <= fi.nmant + 1
-        and f.max <= float(fi.max)
-        and f.emin - f.mbits >= int(fi.minexp) - int(fi.nmant)
-    )
+    return _result_dtype(fmt, *inputs)
 
 
 # -- exact parts: (hi, direction) with hi = RN53(z) and sign(direction) = sign(z - hi) ---------
@@ -356,24 +345,13 @@ def _resolve(fmt: FormatLike, mode: str | RoundMode) -> tuple[Format, RoundMode]
 
 
 def _operands(*named: tuple[str, Any]) -> tuple[list[Any], Any]:
-    arrays = []
-    for name, v in named:
-        arr = v if hasattr(v, "dtype") and hasattr(v, "shape") else np.asarray(v)
-        if not _is_real(arr.dtype):
-            raise TypeError(
-                f"{name} must hold real numbers (float, int, bool or ml_dtypes floats), "
-                f"got {name} with dtype {arr.dtype}"
-            )
-        arrays.append(arr)
-    np_ = xp(*arrays)
-    with np.errstate(invalid="ignore"):  # signalling NaNs quietly become NaN
-        arrays = [np_.asarray(a, dtype=np_.float64) for a in arrays]
+    arrays = [as_float_array(v, arg=name) for name, v in named]  # exact float64 (fpemu.inputs)
+    # Python and NumPy scalars follow the array operands' namespace, as in CuPy's operators
+    scalar = [isinstance(v, (int, float, np.generic)) for _, v in named]
+    np_ = xp(*[a for a, s in zip(arrays, scalar, strict=True) if not s])
+    if np_ is not np:
+        arrays = [np_.asarray(a) if s else a for a, s in zip(arrays, scalar, strict=True)]
     return list(np_.broadcast_arrays(*arrays)), np_
-
-
-def _is_real(dt: np.dtype[Any]) -> bool:
-    ml_float = type(dt).__module__.startswith("ml_dtypes") or "float" in dt.name
-    return dt.kind in "fiub" or (dt.kind == "V" and ml_float)
 
 
 def _compute(
@@ -391,16 +369,27 @@ def _compute(
         _check_float64(f, m, subnormals, overflow, rng)
     ops, np_ = _operands(*named.items())
     shape = ops[0].shape
-    z = _exact_ro(parts, tuple(a.reshape(-1) for a in ops), m, np_, rn).reshape(shape)
+    fine = not rn and f.emin - f.mbits < _RO_SAFE_QUANTUM and m is not RoundMode.STOCHASTIC
+    z = _exact_ro(parts, tuple(a.reshape(-1) for a in ops), m, np_, rn, f if fine else None)
+    z = z.reshape(shape)
     if not rn:
         z = fround(z, f, mode=m, subnormals=subnormals, overflow=overflow, rng=rng)
     return _as_result(z, f, named.values())
 
 
 def _exact_ro(
-    parts: Callable[..., Parts], ops: tuple[Any, ...], m: RoundMode, np_: Any, rn: bool
+    parts: Callable[..., Parts],
+    ops: tuple[Any, ...],
+    m: RoundMode,
+    np_: Any,
+    rn: bool,
+    fine: Format | None = None,
 ) -> Any:
-    """Per element: ``RO53`` of the exact result, or ``RN53`` of it when ``rn`` (float64 output)."""
+    """Per element: ``RO53`` of the exact result, or ``RN53`` of it when ``rn`` (float64 output).
+
+    ``fine``: a format whose quantum below 2**-1072 is finer than RO53's 2**-1074 allows (see
+    :func:`_round_tiny`); its tiny results are rounded to it here, in mode ``m``.
+    """
     with np.errstate(all="ignore"):
         hi, d = parts(*ops)
         finite = np_.ones(hi.shape, dtype=bool)
@@ -411,13 +400,18 @@ def _exact_ro(
             fast &= ~fa | (a.astype(np_.float32).astype(np_.float64) == a)
         res = hi if rn else round_to_odd(hi, np_.where(finite, d, 0.0))
     res = np_.where(finite, res, hi)
+    if parts is _fma_parts:  # finite x * y + (+-inf) is +-inf, even where x * y overflows float64
+        a, b, c = ops
+        res = np_.where(np_.isfinite(a) & np_.isfinite(b) & np_.isinf(c), c, res)
     zero = finite & (hi == 0)  # fast path: hi is RN53 of the exact value, so 0 iff exact 0
     slow = finite & ~fast
     if bool(slow.any()):
         res, zero = res.copy(), zero.copy()
         mask = to_numpy(slow)
         cols = [to_numpy(a)[mask] for a in ops]
-        got = [_slow_one(parts, [float(c[i]) for c in cols], rn) for i in range(cols[0].size)]
+        got = [
+            _slow_one(parts, [float(c[i]) for c in cols], rn, fine, m) for i in range(cols[0].size)
+        ]
         res[slow] = np_.asarray(np.array([g[0] for g in got], dtype=np.float64))
         zero[slow] = np_.asarray(np.array([g[1] for g in got], dtype=bool))
     return _fix_zero_sign(res, zero, parts, ops, m, np_)
@@ -485,8 +479,17 @@ def _check_float64(
 
 
 # -- exact scalar path (any finite float64 operands) ----------------------------------------
-def _slow_one(parts: Callable[..., Parts], v: list[float], rn: bool) -> tuple[float, bool]:
-    """(RO53 or RN53 of the exact result, whether it is exactly zero) for finite operands."""
+def _slow_one(
+    parts: Callable[..., Parts],
+    v: list[float],
+    rn: bool,
+    fine: Format | None = None,
+    m: RoundMode = RoundMode.RNE,
+) -> tuple[float, bool]:
+    """(RO53 or RN53 of the exact result, whether it is exactly zero) for finite operands.
+
+    With ``fine`` (see :func:`_exact_ro`), a tiny result comes back already rounded to it.
+    """
     fr = [Fraction(a) for a in v]
     if parts is _sqrt_parts:
         if v[0] <= 0:
@@ -507,7 +510,45 @@ def _slow_one(parts: Callable[..., Parts], v: list[float], rn: bool) -> tuple[fl
         z = fr[0] * fr[1] + fr[2]
     if z == 0:  # a product or quotient keeps the xor of the signs; sums are fixed by the caller
         return math.copysign(0.0, v[0]) * math.copysign(1.0, v[1]), True
+    if fine is not None and abs(z) < _TINY_RO:
+        return _round_tiny(z, fine, m), False
     return _ro(z.numerator, z.denominator, False, rn), False
+
+
+def _round_tiny(z: Fraction, f: Format, m: RoundMode) -> float:
+    """``z`` (nonzero, ``|z| < 2**-1021``) rounded once to ``f`` in a deterministic mode.
+
+    RO53 is innocuous only while its quantum is at most a quarter of the format's (two extra
+    bits: Boldo & Melquiond 2008). Below 2**-1022 RO53's quantum stays 2**-1074, so in a
+    format whose quantum there is 2**-1073 or 2**-1074 an RO53 result can land on a midpoint
+    or a grid point that ``z`` is not (``1.25 * 2**-1074`` -> RO53 ``2**-1074``, a tie of the
+    2**-1073 grid: rne gives 0, not 2**-1073). Such results are rounded exactly here; the result
+    is a value of ``f`` (a float64), which the final :func:`fpemu.round` keeps (flushing it when
+    subnormals are off, as it would).
+    """
+    a = abs(z)
+    n, d = a.numerator, a.denominator
+    e = n.bit_length() - d.bit_length()
+    if (n << max(-e, 0)) < (d << max(e, 0)):
+        e -= 1  # e = floor(log2 |z|)
+    q = max(e, f.emin) - f.mbits
+    k, r = divmod(n << -q, d) if q < 0 else divmod(n, d << q)  # |z| / 2**q = k + r / d
+    negative = z < 0
+    if r == 0:
+        up = False
+    elif m is RoundMode.RTZ:
+        up = False
+    elif m is RoundMode.RUP:
+        up = not negative
+    elif m is RoundMode.RDOWN:
+        up = negative
+    elif m is RoundMode.RTO:
+        up = k % 2 == 0
+    elif m is RoundMode.RNA:
+        up = 2 * r >= d
+    else:  # rne
+        up = 2 * r > d or (2 * r == d and k % 2 == 1)
+    return math.copysign(math.ldexp(k + up, q), -1.0 if negative else 1.0)
 
 
 def _ro(num: int, den: int, inexact: bool, rn: bool) -> float:

@@ -19,6 +19,7 @@ import numpy as np
 
 from fpemu.backend import xp
 from fpemu.formats import Format, FormatLike, Overflow, get_format
+from fpemu.inputs import as_array, as_float_array
 from fpemu.rounding import round as fround
 
 MAX_ENUMERABLE_BITS = 16
@@ -59,8 +60,10 @@ def encode(x: Any, fmt: FormatLike) -> Any:
         ValueError: some value is not representable (round it first with :func:`fpemu.round`).
     """
     f = get_format(fmt)
-    a = np.asarray(x, dtype=np.float64) if not hasattr(x, "dtype") else x.astype(np.float64)
+    a = as_float_array(x, arg="x")
     np_ = xp(a)
+    if not (f.signed and f.zero):  # scale formats: fpemu.round does not target them
+        return _encode_scale(a, f)
     same = (fround(a, f, overflow="saturate" if not f.has_nan else None) == a) | np_.isnan(a)
     if not bool(np_.all(same | (np_.isinf(a) & f.has_inf))):
         bad = a[~(same | (np_.isinf(a) & f.has_inf))].reshape(-1)[0]
@@ -86,6 +89,28 @@ def encode(x: Any, fmt: FormatLike) -> Any:
     return out[()] if out.ndim == 0 else out
 
 
+def _encode_scale(a: Any, f: Format) -> Any:
+    """Codes of an unsigned or zero-free format: encode the magnitude, then check by decoding."""
+    np_ = xp(a)
+    mag = np_.where(np_.isfinite(a), np_.abs(a), 0.0)
+    mant, ex = np_.frexp(mag)
+    normal = (ex - 1 >= f.emin) & (mag != 0)
+    e_field = np_.where(normal, ex - 1 + f.bias, 0)
+    m_norm = np_.ldexp(mant, f.mbits + 1) - 2**f.mbits
+    m_sub = np_.ldexp(mag, f.mbits - f.emin)
+    m_field = np_.clip(np_.where(normal, m_norm, m_sub), 0, 2**f.mbits - 1)
+    code = (np_.clip(e_field, 0, 2**f.ebits - 1).astype(np_.uint64) << np_.uint64(f.mbits)) | (
+        m_field.astype(np_.uint64)
+    )
+    code = np_.where(np_.isnan(a), np_.uint64(canonical_nan(f)), code).astype(code_dtype(f))
+    back = decode(code, f)
+    ok = (back == a) | np_.isnan(a)
+    if not bool(np_.all(ok)):
+        bad = a[~ok].reshape(-1)[0]
+        raise ValueError(f"x contains {float(bad)!r}, not representable in {f.name}")
+    return code[()] if code.ndim == 0 else code
+
+
 def decode(codes: Any, fmt: FormatLike, *, dtype: Any = np.float64) -> Any:
     """Values of bit patterns ``codes`` (any integer array) in ``fmt``.
 
@@ -96,7 +121,7 @@ def decode(codes: Any, fmt: FormatLike, *, dtype: Any = np.float64) -> Any:
         ValueError: a code is negative or does not fit in the format's width.
     """
     f = get_format(fmt)
-    c = np.asarray(codes) if not hasattr(codes, "dtype") else codes
+    c = as_array(codes, arg="codes")
     np_ = xp(c)
     if c.dtype.kind not in "iu":
         raise TypeError(f"codes must be an integer array, got dtype {c.dtype}")
@@ -122,11 +147,12 @@ def _decode_table(f: Format) -> np.ndarray:
 
 def _decode_arith(c: Any, f: Format) -> Any:
     np_ = xp(c)
-    sign = (c >> np_.uint64(f.bits - 1)) & np_.uint64(1)
+    sign = (c >> np_.uint64(f.bits - 1)) & np_.uint64(1 if f.signed else 0)
     e = ((c >> np_.uint64(f.mbits)) & np_.uint64(2**f.ebits - 1)).astype(np_.int64)
     m = (c & np_.uint64(2**f.mbits - 1)).astype(np_.float64)
     sub = m if f.subnormals else m * 0.0
-    mag = np_.where(e == 0, np_.ldexp(sub, f.emin - f.mbits),
+    # zero-free formats (E8M0): field 0 is the normal binade 2**-bias
+    mag = np_.where((e == 0) & f.zero, np_.ldexp(sub, f.emin - f.mbits),
                     np_.ldexp(m + 2**f.mbits, e - f.bias - f.mbits))  # fmt: skip
     top, full = e == 2**f.ebits - 1, m == 2**f.mbits - 1
     if f.specials == "ieee":
@@ -165,7 +191,7 @@ def ulp(x: Any, fmt: FormatLike) -> Any:
     infinities give inf and NaN gives NaN.
     """
     f = get_format(fmt)
-    a = np.asarray(x, dtype=np.float64) if not hasattr(x, "dtype") else x.astype(np.float64)
+    a = as_float_array(x, arg="x")
     np_ = xp(a)
     _, ex = np_.frexp(a)
     q = np_.where(
@@ -182,7 +208,7 @@ def next_up(x: Any, fmt: FormatLike) -> Any:
     ``next_up(-inf)`` is ``-max``.
     """
     f = get_format(fmt)
-    a = np.asarray(x, dtype=np.float64) if not hasattr(x, "dtype") else x.astype(np.float64)
+    a = as_float_array(x, arg="x")
     np_ = xp(a)
     ovf: Overflow = "inf" if f.has_inf else "saturate"
     with np.errstate(over="ignore", invalid="ignore"):  # stepping past max overflows
@@ -204,7 +230,7 @@ def next_up(x: Any, fmt: FormatLike) -> Any:
 def next_down(x: Any, fmt: FormatLike) -> Any:
     """The largest value of ``fmt`` strictly less than each ``x`` (mirror of :func:`next_up`)."""
     f = get_format(fmt)
-    a = np.asarray(x, dtype=np.float64) if not hasattr(x, "dtype") else x.astype(np.float64)
+    a = as_float_array(x, arg="x")
     res = -next_up(-a, f)
     if not f.has_negative_zero:
         res = res + 0.0

@@ -9,6 +9,9 @@ Everything else (largest value, smallest normal, epsilon, ...) is derived.
 ('float16', 16, 65504.0, 6.103515625e-05, 5.960464477539063e-08)
 >>> get_format("e4m3").max
 448.0
+>>> e8m0 = get_format("e8m0")  # the MX scale format: 2**-127 .. 2**127, no sign, no zero
+>>> e8m0.bits, e8m0.tiny == 2.0**-127, e8m0.max == 2.0**127
+(8, True, True)
 """
 
 from __future__ import annotations
@@ -53,6 +56,12 @@ class Format:
     specials: Specials = "ieee"
     #: Whether the format has subnormal numbers; if not, tiny results flush to zero.
     subnormals: bool = True
+    #: Whether the format has a sign bit. Unsigned formats (the MX/NVFP4 scale formats E8M0
+    #: and UE4M3, fp8-mx.md §1.2, §3.1) hold only non-negative values and NaN.
+    signed: bool = True
+    #: Whether exponent field 0 holds zero (and subnormals). ``False``: field 0 is an ordinary
+    #: binade ``2**-bias`` and the format has no zero, as in E8M0 (code 0 is 2**-127).
+    zero: bool = True
 
     def __post_init__(self) -> None:
         _check_int("ebits", self.ebits, 1, 11)
@@ -60,8 +69,11 @@ class Format:
         _check_int("bias", self.bias, -(2**20), 2**20)
         if self.specials not in SPECIALS:
             raise ValueError(f"specials={self.specials!r} is not one of {SPECIALS}")
-        if not isinstance(self.subnormals, bool):
-            raise TypeError(f"subnormals must be a bool, got {self.subnormals!r}")
+        for arg in ("subnormals", "signed", "zero"):
+            if not isinstance(getattr(self, arg), bool):
+                raise TypeError(f"{arg} must be a bool, got {getattr(self, arg)!r}")
+        if not self.zero and self.subnormals:
+            raise ValueError("zero=False (field 0 is a normal binade) needs subnormals=False")
         if self.specials == "ieee" and (self.ebits < 2 or self.mbits < 1):
             raise ValueError(
                 "specials='ieee' needs ebits >= 2 (one binade is reserved) and mbits >= 1 "
@@ -80,8 +92,8 @@ class Format:
     # -- derived constants ------------------------------------------------------------------
     @property
     def bits(self) -> int:
-        """Total width in bits (sign + exponent + fraction)."""
-        return 1 + self.ebits + self.mbits
+        """Total width in bits (sign, if any, + exponent + fraction)."""
+        return int(self.signed) + self.ebits + self.mbits
 
     @property
     def precision(self) -> int:
@@ -100,13 +112,13 @@ class Format:
 
     @property
     def has_negative_zero(self) -> bool:
-        """Whether -0 is distinct from +0 (not so for fnuz formats)."""
-        return self.specials != "fnuz"
+        """Whether -0 is distinct from +0 (not so for fnuz, unsigned or zero-free formats)."""
+        return self.specials != "fnuz" and self.signed and self.zero
 
     @property
     def emin(self) -> int:
-        """Exponent of the smallest normal number."""
-        return 1 - self.bias
+        """Exponent of the smallest normal number (field 0 is normal when ``zero`` is False)."""
+        return 1 - self.bias if self.zero else -self.bias
 
     @property
     def emax(self) -> int:
@@ -199,6 +211,24 @@ ALIASES: dict[str, str] = {
     "e2m1": "float4_e2m1fn", "fp4": "float4_e2m1fn", "fp4_e2m1": "float4_e2m1fn",
 }  # fmt: skip
 
+#: Scale formats of the block formats (fp8-mx.md §1.2, §3.1): unsigned, so they live outside
+#: :data:`FORMATS` (which holds the formats :func:`fpemu.round` computes in); :func:`get_format`
+#: resolves them too. Scale codes are computed by the rules of :mod:`fpemu.quant`.
+SCALE_FORMATS: dict[str, Format] = {
+    f.name: f
+    for f in (
+        # E8M0: 2**(code - 127) for codes 0..254, 0xFF NaN; no sign, no zero, no infinity
+        Format("float8_e8m0fnu", 8, 0, 127, "fn", subnormals=False, signed=False, zero=False),
+        # UE4M3: the non-negative half of e4m3fn (NVFP4 block scales), 0x7F NaN
+        Format("ue4m3", 4, 3, 7, "fn", signed=False),
+    )
+}
+
+#: Short names of the scale formats.
+SCALE_ALIASES: dict[str, str] = {
+    "e8m0": "float8_e8m0fnu", "ue8m0": "float8_e8m0fnu", "e8m0fnu": "float8_e8m0fnu",
+}  # fmt: skip
+
 FormatLike = Union[str, Format]
 
 
@@ -221,10 +251,12 @@ def get_format(fmt: FormatLike, *, arg: str = "fmt") -> Format:
     if not isinstance(fmt, str):
         raise TypeError(f"{arg} must be a format name or a fpemu.Format, got {fmt!r}")
     key = fmt.strip().lower()
-    key = ALIASES.get(key, key)
+    key = ALIASES.get(key, SCALE_ALIASES.get(key, key))
+    if key in SCALE_FORMATS:
+        return SCALE_FORMATS[key]
     if key not in FORMATS:
         raise ValueError(
             f"unknown format {arg}={fmt!r}; known formats: {', '.join(FORMATS)}; "
-            f"aliases: {', '.join(ALIASES)}"
+            f"scale formats: {', '.join(SCALE_FORMATS)}; aliases: {', '.join(ALIASES)}"
         )
     return FORMATS[key]

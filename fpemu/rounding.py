@@ -13,8 +13,10 @@ How it stays fast and exact, in pure NumPy:
   4096-entry table indexed by the top 12 bits of ``x``.
 * Overflow to infinity: multiplying by ``2**(1023 - emax)`` sends exactly the values at or
   above ``2**(emax + 1)`` to ``inf`` in float64; multiplying back restores the rest exactly.
-* Every other mode scales ``x`` by ``1/q`` (exact, a power of two), rounds to an integer with
-  the mode's rule, and scales back.
+* Formats outside the table's reach (K must stay finite: ``emax - mbits <= 970``; and
+  ``emin >= -1022``, so float64 subnormals are below the format's normal range) and every
+  other mode: scale ``x`` by ``1/q`` (exact, a power of two; where that underflows to 0
+  a stand-in keeps the sticky bit), round to an integer with the mode's rule, scale back.
 
 Work proceeds in cache-sized blocks to keep temporaries in L2.
 
@@ -41,6 +43,7 @@ import numpy as np
 
 from fpemu.backend import scratch, xp
 from fpemu.formats import OVERFLOWS, Format, FormatLike, Overflow, get_format
+from fpemu.inputs import as_array, as_float_array, result_dtype
 
 BLOCK = 32768  # float64 elements per block (256 KiB): measured best (call overhead vs. cache)
 THREADS = min(os.cpu_count() or 1, 8)  # NumPy releases the GIL inside ufuncs
@@ -107,8 +110,13 @@ def round(  # noqa: A001 - the natural name; numpy has np.round too
     """Round every element of ``x`` to the nearest value of ``fmt`` under ``mode``.
 
     Args:
-        x: float64 or float32 array (or Python floats). The result has the same dtype and shape;
-            a scalar input gives a NumPy scalar.
+        x: values: any input :mod:`fpemu.inputs` accepts (float16/32/64 arrays in either byte
+            order, ml_dtypes arrays, integers, bools, Python numbers and lists, CPU torch
+            tensors, CuPy arrays). The result has the shape of ``x`` and the dtype of
+            :func:`fpemu.inputs.result_dtype`: float64 for float64, integer, bool and Python
+            input; float32 for float32 input; float16 data give float16 where ``fmt`` fits it
+            and ml_dtypes data float32, both widened as far as ``fmt`` needs. A scalar gives a
+            NumPy scalar.
         fmt: format name, alias or :class:`~fpemu.formats.Format`.
         mode: a :class:`RoundMode` or its name: ``"rne"`` (default), ``"rna"``, ``"rtz"``,
             ``"rup"``, ``"rdown"``, ``"rto"``, ``"stochastic"``.
@@ -131,19 +139,22 @@ def round(  # noqa: A001 - the natural name; numpy has np.round too
         kept, except in formats without -0 (fnuz), where zero results are +0.
 
     Raises:
-        TypeError: ``x`` is not floating point (integers, complex, float16, objects).
+        TypeError: ``x`` does not hold real numbers (complex, strings, objects).
         ValueError: unknown format or mode; an overflow choice the format cannot encode; NaN
-            input to a format without NaN; a format wider than float32 for float32 input; ``rng``
+            input to a format without NaN; a format wider than float32 for float32 input; an
+            integer in ``x`` that is not exactly a float64; ``rng``
             missing for stochastic rounding or given for another mode.
     """
     f = get_format(fmt)
+    if not (f.signed and f.zero):  # E8M0/UE4M3: their rounding is a scale rule (fpemu.quant)
+        raise ValueError(f"fmt={f.name!r} is a scale format; compute scales with fpemu.quant")
     m = get_mode(mode)
     ovf = _check_overflow(f, overflow)
     sub = f.subnormals if subnormals is None else subnormals
     if not isinstance(sub, bool):
         raise TypeError(f"subnormals must be a bool or None, got {subnormals!r}")
     _check_rng(m, rng)
-    arr = _as_float_array(x, f)
+    arr, want = _as_float_array(x, f)
     np_ = xp(arr)
     if not f.has_nan and bool(np_.isnan(arr).any()):
         raise ValueError(f"x contains NaN, which format {f.name} cannot represent")
@@ -174,6 +185,8 @@ def round(  # noqa: A001 - the natural name; numpy has np.round too
         work(*chunks[0])
     else:
         list(_pool().map(lambda c: work(*c), chunks))
+    if out.dtype != want:
+        out = out.astype(want)  # float16 data: exact, every value of f is a float16
     return out[()] if out.ndim == 0 else out
 
 
@@ -274,13 +287,16 @@ class _FastPlan:
 def _fast_plan(f: Format, m: RoundMode, sub: bool, ovf: Overflow, dtype: Any, np_: Any) -> Any:
     """The fast round-to-nearest-even plan for this call, or None if it does not apply."""
     wide = dtype == np_.float64
-    if m is not RoundMode.RNE or not (f.mbits <= 50 if wide else _rne32_ok(f)):
+    if m is not RoundMode.RNE or not (_rne64_ok(f) if wide else _rne32_ok(f)):
         return None
     uint, frac, top = (np_.uint64, 52, 1023) if wide else (np_.uint32, 23, 127)
     bits32 = not wide and _float32_exponent(f)
     # K = 1.5 * 2**(frac + max(e, emin) - mbits), built on x's own exponent field: clip the
     # field to [emin, hi], add (frac - mbits) to it and set the 0.5 fraction bit. hi keeps K
-    # finite (K's biased exponent <= 2*top - 1); beyond the format's range any finite K will do.
+    # finite (K's biased exponent <= 2*top - 1), so K is right only for e <= hi - top: the
+    # format's top binade must lie below that (_rne64_ok, _rne32_ok); above emax any finite K
+    # will do (t stays above max). lo >= 1 needs emin >= 1 - top: a float64 (float32)
+    # subnormal x then lies below the format's normal range, where the quantum is constant.
     lo, hi = f.emin + top, 2 * top - 1 - frac + f.mbits
     pow2 = ovf == "inf" and f.specials != "fn" and f.emax >= 0 and not bits32
     ftype = np_.float64 if wide else np_.float32
@@ -296,10 +312,21 @@ def _fast_plan(f: Format, m: RoundMode, sub: bool, ovf: Overflow, dtype: Any, np
     )  # fmt: skip
 
 
+def _rne64_ok(f: Format) -> bool:
+    """Whether the K trick rounds float64 input to ``f`` (see :func:`_fast_plan`).
+
+    K's ulp must be the quantum: K = 1.5 * 2**(52 + e - mbits) must be a finite float64 for
+    every binade e <= emax (K's exponent <= 1022), and emin >= -1022 keeps the clip range's
+    lower end a normal exponent field. Other formats (emax near 1023 with few fraction bits,
+    emin below float64's normal range) take the general path.
+    """
+    return f.mbits <= 50 and f.emin >= -1022 and f.emax - f.mbits <= 970
+
+
 def _rne32_ok(f: Format) -> bool:
     """Whether float32 input can be rounded to ``f`` without widening to float64."""
-    return _float32_exponent(f) or (
-        f.mbits <= 21 and f.emin - f.mbits >= -149 and f.emax - f.mbits <= 104  # K stays finite
+    return _float32_exponent(f) or (  # as _rne64_ok, for float32's exponent range
+        f.mbits <= 21 and f.emin >= -126 and f.emax - f.mbits <= 103
     )
 
 
@@ -324,25 +351,36 @@ def _rne_bits32(x: Any, f: Format) -> Any:
 def _nan_scale(f: Format, dtype: np.dtype[Any]) -> Any:
     """A factor that overflows exactly the values above ``f.max`` (None if unrepresentable).
 
-    The threshold sits halfway between max and the next grid point above it, so the relative
-    margin (>= 2**-(mbits+2)) dwarfs the factor's and the product's own rounding.
+    The threshold sits halfway between max and the next grid point above it: a relative margin
+    of about 2**-(mbits+2) that must exceed the factor's and the product's own roundings (half
+    an ulp each, 2**-(frac+1)): so mbits <= frac - 2 (50 for float64, 21 for float32; at
+    mbits = 22 a float32 factor rounds up by 2**-24 and max * s overflows).
     """
     top_ulp = math.ldexp(1.0, f.emax - f.mbits)
-    width = 1024 if dtype == np.float64 else 128
+    width, frac = (1024, 52) if dtype == np.float64 else (128, 23)
+    if f.mbits > frac - 2:
+        return None
     try:
         with np.errstate(over="ignore"):
             s = dtype.type(math.ldexp(1.0 / (f.max + top_ulp / 2), width))
     except OverflowError:  # a format whose max is tiny: the masked path handles it
         return None
-    return s if np.isfinite(s) and f.mbits <= 50 else None
+    return s if np.isfinite(s) else None
 
 
 def _round_general(x: Any, f: Format, m: RoundMode, rng: np.random.Generator | None) -> Any:
     np_ = xp(x)
-    biased = (x.view(np_.uint64) >> np_.uint64(52)) & np_.uint64(0x7FF)
-    e = np_.maximum(biased.astype(np_.int64) - 1023, f.emin)  # the unbounded grid above
-    qe = e - f.mbits
+    if f.emin < -1022:  # float64 subnormals can lie in the format's normal range: exact exponent
+        e = np_.frexp(x)[1].astype(np_.int64) - 1  # 0, inf, NaN: -1 or anything, harmless
+    else:  # the exponent field: every float64 subnormal lies below emin
+        e = ((x.view(np_.uint64) >> np_.uint64(52)) & np_.uint64(0x7FF)).astype(np_.int64) - 1023
+    qe = np_.maximum(e, f.emin) - f.mbits  # the unbounded grid above
     y = np_.ldexp(x, -qe)  # exact: scaling by a power of two; |y| < 2**(mbits+1) in range
+    if f.emin - f.mbits > 0:
+        # scaling down can underflow: x below 2**(qe - 1075) gives y = 0 and loses the sticky
+        # bit that directed modes, rto and stochastic need. Any y in (0, 2**-53) rounds alike
+        # in every mode (u < y only for u = 0), so 2**-1074 stands in for the lost value.
+        y = np_.where((y == 0) & (x != 0), np_.copysign(5e-324, x), y)
     r = _round_integer(y, m, rng)
     return np_.copysign(np_.ldexp(r, qe), x)
 
@@ -425,21 +463,30 @@ def _check_rng(m: RoundMode, rng: object) -> None:
 _F32 = get_format("float32")
 
 
-def _as_float_array(x: Any, f: Format) -> Any:
-    np_ = xp(x)
-    arr = x if hasattr(x, "dtype") and hasattr(x, "shape") else np_.asarray(x)
-    kind, dt = arr.dtype.kind, arr.dtype
-    if kind != "f" or dt not in (np_.float32, np_.float64):
-        raise TypeError(
-            f"x must be a float64 or float32 array, got dtype {dt}; "
-            "convert it first, e.g. numpy.asarray(x, dtype=numpy.float64)"
-        )
-    if dt == np_.float32 and not _fits_float32(f):
-        raise ValueError(f"format {f.name} has values that float32 cannot hold; pass x as float64")
-    return arr if arr.flags.c_contiguous else arr.copy(order="C")
+_DT64, _DT32 = np.dtype(np.float64), np.dtype(np.float32)
+
+
+def _as_float_array(x: Any, f: Format) -> tuple[Any, np.dtype[Any]]:
+    """``x`` as the C-contiguous float64 or float32 array to round, and the result's dtype.
+
+    Inputs are converted by :mod:`fpemu.inputs`; the result dtype is its ``result_dtype``
+    (float64 and float32 data keep their dtype, a float16 result is computed in float32).
+    """
+    dt = x.dtype if type(x) is np.ndarray else None
+    if dt is _DT64 or (dt is _DT32 and _fits_float32(f)):  # the hot path: no conversion
+        arr, want = x, dt
+    else:
+        src = as_array(x, arg="x")
+        want = src.dtype if src.dtype in (_DT64, _DT32) else result_dtype(f, src)
+        arr = as_float_array(src, arg="x", keep32=want != _DT64)
+        if arr.dtype == _DT32 and not _fits_float32(f):  # float32 data: same dtype out
+            raise ValueError(
+                f"format {f.name} has values that float32 cannot hold; pass x as float64"
+            )
+    return (arr if arr.flags.c_contiguous else arr.copy(order="C")), want
 
 
 def _fits_float32(f: Format) -> bool:
-    inside = f.mbits <= 23 and f.emin - f.mbits >= -149 and f.max <= _F32.max
-    covers = f.mbits >= 23 and f.emin <= -126 and f.emax >= 127 and f.subnormals
-    return inside or covers
+    # every value of f (and so every result: overflow gives inf, NaN or max) must be a float32;
+    # a wider format is refused even when it holds every float32 (float32 itself is inside)
+    return f.mbits <= 23 and f.emin - f.mbits >= -149 and f.max <= _F32.max

@@ -17,7 +17,8 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from fpemu.formats import FORMATS, Format, FormatLike, get_format
+from fpemu.bits import encode
+from fpemu.formats import FORMATS, SCALE_FORMATS, Format, FormatLike, get_format
 from fpemu.rounding import RoundMode
 from fpemu.rounding import round as fround
 
@@ -30,14 +31,16 @@ _DTYPES: dict[str, np.dtype[Any]] = {
         for name in FORMATS
         if name not in ("float64", "float32", "float16", "tf32")
     },
+    "float8_e8m0fnu": np.dtype(ml_dtypes.float8_e8m0fnu),  # a scale format (no fpemu.round)
 }
+_KNOWN = {**FORMATS, **SCALE_FORMATS}
 
 
 def storage_dtype(fmt: FormatLike) -> np.dtype[Any] | None:
     """The NumPy/ml_dtypes dtype that stores ``fmt`` exactly, or None (e.g. tf32, custom)."""
     f = get_format(fmt)
     dt = _DTYPES.get(f.name)
-    return dt if dt is not None and FORMATS.get(f.name) == f else None
+    return dt if dt is not None and _KNOWN.get(f.name) == f else None
 
 
 def format_of(dtype: Any) -> Format:
@@ -49,7 +52,7 @@ def format_of(dtype: Any) -> Format:
     dt = np.dtype(dtype)
     for name, known in _DTYPES.items():
         if known == dt:
-            return FORMATS[name]
+            return _KNOWN[name]
     raise ValueError(f"dtype={dt} has no fpemu format; known: {', '.join(_DTYPES)}")
 
 
@@ -62,8 +65,10 @@ def to_storage(x: Any, fmt: FormatLike, *, mode: str | RoundMode = "rne") -> Any
     f = get_format(fmt)
     dt = storage_dtype(f)
     if dt is None:
-        have = ", ".join(n for n in FORMATS if storage_dtype(n) is not None)
+        have = ", ".join(n for n in _KNOWN if storage_dtype(n) is not None)
         raise ValueError(f"format {f.name} has no storage dtype; formats with one: {have}")
+    if not f.signed:  # scale format: values must already be exact; store their codes
+        return np.asarray(encode(x, f)).view(dt)
     return fround(x, f, mode=mode).astype(dt)  # exact: the values are already representable
 
 

@@ -16,7 +16,9 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "fpemu"
 
 #: Layer of each top-level part of fpemu; a module may import only from its own layer or lower.
-CORE = ("backend", "formats", "rounding", "bits", "limits", "storage", "arith", "describe")
+CORE = (
+    "backend", "formats", "inputs", "rounding", "bits", "limits", "storage", "arith", "describe",
+)  # fmt: skip
 LAYERS: dict[str, int] = {
     **{f"fpemu.{name}": 0 for name in CORE},  # the numeric core
     "fpemu.linalg": 1,  # dot/matmul/sum with accumulation models, error analysis

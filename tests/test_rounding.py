@@ -213,10 +213,8 @@ def test_dtype_shape_and_scalars() -> None:
 @pytest.mark.parametrize(
     ("call", "exc", "match"),
     [
-        (lambda: fpemu.round(np.arange(3), "fp16"), TypeError, "dtype int64"),
+        # integers, bools and float16 are accepted now: tests/test_inputs.py
         (lambda: fpemu.round(np.ones(2, complex), "fp16"), TypeError, "dtype complex128"),
-        (lambda: fpemu.round(np.ones(2, np.float16), "fp16"), TypeError, "float16"),
-        (lambda: fpemu.round([True], "fp16"), TypeError, "dtype bool"),
         (lambda: fpemu.round(1.0, "fp7"), ValueError, "unknown format fmt='fp7'"),
         (
             lambda: fpemu.round(1.0, "fp16", mode="nearest_odd"),

@@ -20,6 +20,7 @@ from fpemu.amp.scaling import (
     SCALER_ALIASES,
     SCALERS,
     ApexDynamicScaler,
+    FreshGradScaler,
     HysteresisScaler,
     KerasLossScaleOptimizer,
     LossScaler,
@@ -30,6 +31,8 @@ from fpemu.amp.scaling import (
     StepRecord,
     TfKerasLossScaleOptimizer,
     TorchGradScaler,
+    TutorialScaler,
+    TutorialSkippingScaler,
     get_scaler,
 )
 
@@ -785,6 +788,9 @@ def test_registry_names_aliases_and_errors() -> None:
         "apex": ApexDynamicScaler,
         "static": StaticScaler,
         "naive": NaiveDoublingScaler,
+        "tutorial": TutorialScaler,
+        "tutorial_skip": TutorialSkippingScaler,
+        "fresh_gradscaler": FreshGradScaler,
         "none": NoScaler,
     }
     assert SCALERS == expected
@@ -793,7 +799,7 @@ def test_registry_names_aliases_and_errors() -> None:
         assert type(get_scaler(name.upper())) is cls
     for alias, name in SCALER_ALIASES.items():
         assert type(get_scaler(alias)) is expected[name]
-    with pytest.raises(ValueError, match="unknown scaler 'amp'; accepted: apex, hysteresis"):
+    with pytest.raises(ValueError, match="unknown scaler 'amp'; accepted: apex, fresh_gradscaler, hysteresis"):
         get_scaler("amp")
     with pytest.raises(ValueError, match=re.escape("growth_factor=0.5")):
         get_scaler("torch", growth_factor=0.5)

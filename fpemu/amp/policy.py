@@ -37,7 +37,7 @@ from fpemu.formats import Format, FormatLike, get_format
 #: Op names the autograd engine knows; policies may only list these.
 OPS: tuple[str, ...] = (
     "linear", "matmul", "add", "mul", "relu", "gelu", "tanh", "sigmoid", "softmax",
-    "log_softmax", "cross_entropy", "mse", "sum", "mean", "layer_norm",
+    "log_softmax", "cross_entropy", "mse", "sum", "mean", "layer_norm", "silu",
 )  # fmt: skip
 
 _LISTS = ("lower", "fp32", "promote", "fp32_out_lower")

@@ -1,18 +1,26 @@
-"""The ``fpemu`` command line: one subcommand per module of this package, imported only when used.
+"""The ``fpemu`` command line: one subcommand per module of this package.
 
-Each command module defines ``configure(parser)`` and ``run(args) -> int``.
+Each command module defines ``configure(parser)`` and ``run(args) -> int``. A bad argument is
+one line on stderr, ``fpemu COMMAND: --arg VALUE: what is accepted``, and exit status 2;
+``fpemu --debug COMMAND ...`` shows the Python traceback instead.
 
 >>> main(["tour", "--width", "80"])  # doctest: +ELLIPSIS
 ─...fpemu tour...
 0
+>>> main(["tensorcore", "--k", "0"])
+2
 """
 
 from __future__ import annotations
 
-import argparse
 import importlib
+import importlib.metadata
+import os
 import sys
 from collections.abc import Sequence
+
+from fpemu.cli.args import HelpFormatter, Parser, paragraph
+from fpemu.cli.errors import UsageError, missing_extra
 
 #: subcommand -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -25,39 +33,116 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "train": ("fpemu.cli.train", "train a small MLP under an AMP policy and loss scaler"),
     "experiment": ("fpemu.cli.experiment", "the FP32 / FP16 / BF16 mixed-precision experiment"),
-    "validate": ("fpemu.cli.validate", "run a framework (PyTorch, Keras) beside fpemu"),
+    "validate": (
+        "fpemu.cli.validate",
+        "run a framework (PyTorch, Keras) beside fpemu; validate your own model",
+    ),
     "crosscheck": ("fpemu.cli.crosscheck", "Tensor Core models against this machine's GPU"),
+    "quant": (
+        "fpemu.cli.quant_explain",
+        "one MX/NVFP4 block under every scale rule: amax, scales, codes, errors",
+    ),
+    "verify": ("fpemu.cli.verify", "run a verification campaign (fpemu verify --list)"),
 }
 
-__all__ = ["COMMANDS", "build_parser", "main"]
+__all__ = ["COMMANDS", "build_parser", "main", "version"]
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser with every available subcommand."""
-    parser = argparse.ArgumentParser(
-        prog="fpemu", description="Bit-exact emulation of low-precision floating point."
+def version() -> str:
+    """The installed distribution's version (``fpemu.__version__`` for a source checkout).
+
+    >>> version().count(".") >= 2
+    True
+    """
+    try:
+        return importlib.metadata.version("fpemu")
+    except importlib.metadata.PackageNotFoundError:  # pragma: no cover - not installed
+        import fpemu  # noqa: PLC0415 - only when the metadata is missing
+
+        return fpemu.__version__
+
+
+def build_parser() -> Parser:
+    """The argument parser with every subcommand.
+
+    A command whose module needs a missing optional package (a ModuleNotFoundError of torch,
+    cupy, scikit-learn, ... : :data:`fpemu.cli.errors.EXTRAS`) is listed as unavailable with the
+    extra to install; any other import error is a bug and propagates.
+    """
+    parser = Parser(
+        prog="fpemu",
+        description="Bit-exact emulation of low-precision floating point.",
+        epilog=paragraph(
+            "A bad argument prints one line and exits with status 2; "
+            "fpemu --debug COMMAND ... shows the traceback."
+        ),
+        formatter_class=HelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"fpemu {version()}")
+    parser.add_argument(
+        "--debug", action="store_true", help="show Python tracebacks instead of one-line errors"
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (module, help_) in COMMANDS.items():
         try:
             mod = importlib.import_module(module)
-        except ImportError as exc:  # an optional extra is missing: say so only when asked
-            p = sub.add_parser(name, help=f"{help_} (unavailable: {exc})")
-            p.set_defaults(_unavailable=f"fpemu {name} needs a missing package: {exc}")
+        except ModuleNotFoundError as exc:
+            extra = missing_extra(exc)
+            if extra is None:
+                raise
+            why = f"needs {exc.name}: pip install 'fpemu[{extra}]'"
+            sub.add_parser(name, help=f"{help_} (unavailable: {why})", add_help=False)
+            parser.unavailable[name] = why
             continue
-        p = sub.add_parser(name, help=help_, description=help_)
+        p = sub.add_parser(name, help=help_, description=help_, formatter_class=HelpFormatter)
         mod.configure(p)
         p.set_defaults(_run=mod.run)
     return parser
 
 
+def _command(argv: Sequence[str]) -> str | None:
+    return next((a for a in argv if a in COMMANDS), None)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit status."""
-    args = build_parser().parse_args(argv)
-    if getattr(args, "_unavailable", None):
-        print(args._unavailable, file=sys.stderr)
+    """Run the command line; returns the exit status (2 for a bad argument)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = _command(argv)
+    debug = "--debug" in argv[: argv.index(command) if command else len(argv)]
+    prog = f"fpemu {command}" if command else "fpemu"
+    parser = build_parser()
+    if command in parser.unavailable:  # whatever its arguments
+        print(f"{prog}: {parser.unavailable[command]}", file=sys.stderr)
         return 2
-    return int(args._run(args))
+    try:
+        args = parser.parse_args(argv)
+    except UsageError as err:
+        print(f"{prog}: {err}", file=sys.stderr)
+        return 2
+    except SystemExit as exc:  # --help, --version
+        return exc.code if isinstance(exc.code, int) else 0
+    try:
+        return int(args._run(args))
+    except UsageError as err:
+        if debug:
+            raise
+        print(f"{prog}: {str(err).splitlines()[0]}", file=sys.stderr)
+        return 2
+    except (ValueError, TypeError) as err:  # a value the library refused, named in its message
+        if debug:
+            raise
+        line = str(err).splitlines()[0] if str(err) else type(err).__name__
+        print(f"{prog}: {line} (fpemu --debug {command or 'COMMAND'} ... shows where)",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # `fpemu formats | head`: stop quietly, as cat does
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):  # pragma: no cover - no real stdout
+            pass
+        return 141
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -17,6 +17,7 @@ import argparse
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -24,6 +25,8 @@ from rich.console import Console
 from rich.table import Table
 
 from fpemu.backend import cupy_or_none
+from fpemu.cli.args import accepted, int_at_least, name_of
+from fpemu.tensorcore.arch import ARCH_ALIASES, ARCHS, get_arch
 from fpemu.tensorcore.hardware.crosscheck import Device, Result, crosscheck, save_mismatches
 from fpemu.tensorcore.hardware.generators import GENERATORS
 from fpemu.tensorcore.hardware.mma import (
@@ -43,9 +46,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     """Add the crosscheck options to ``parser``."""
     parser.add_argument(
         "--cases",
-        type=int,
+        type=int_at_least(1),
         default=1_000_000,
-        help="output elements per instruction and generator (default 10^6)",
+        help="output elements per instruction and generator",
     )
     parser.add_argument(
         "--instructions",
@@ -55,20 +58,23 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--generators", default="all", help=f"comma-separated subset of {','.join(GENERATORS)}"
     )
+    archs = [*ARCHS, *ARCH_ALIASES]
     parser.add_argument(
         "--model",
         default=None,
-        help="fpemu tensor-core model to compare with (default: from the GPU's compute capability)",
+        type=name_of("tensor-core model", get_arch, archs),
+        help=f"fpemu tensor-core model to compare with: {accepted(archs)} "
+        "(default: from the GPU's compute capability)",
     )
     parser.add_argument(
         "--ksteps",
-        type=int,
+        type=int_at_least(1),
         default=1,
-        help="instructions chained per problem, K = ksteps * k (default 1)",
+        help="instructions chained per problem, K = ksteps * k",
     )
     parser.add_argument(
         "--zeros",
-        choices=("mmasim", "drop"),
+        choices=("floor", "emin", "drop"),
         default=None,
         help="model option: zero terms in the exponent maximum",
     )
@@ -78,22 +84,42 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="model option: sign of a nonzero sum truncated to zero",
     )
-    parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    parser.add_argument("--seed", type=int_at_least(0), default=0, help="random seed")
     parser.add_argument(
         "--save",
         default="crosscheck-mismatches.npz",
-        help="where mismatching cases go (default crosscheck-mismatches.npz)",
+        type=Path,
+        help="where mismatching cases go",
     )
     parser.add_argument(
         "--max-saved",
-        type=int,
+        type=int_at_least(0),
         default=10_000,
         help="mismatching cases kept per instruction and generator",
     )
 
 
+def check(args: argparse.Namespace) -> None:
+    """Check the arguments before looking for a GPU (a bad name is status 2 everywhere).
+
+    Raises:
+        ValueError: an unknown instruction or generator, or a ``--save`` folder that does not
+            exist (the message names the argument, the value and what is accepted).
+    """
+    _names(args.instructions, list(INSTRUCTIONS), "--instructions")
+    _names(args.generators, list(GENERATORS), "--generators")
+    save = Path(args.save)
+    if not save.parent.is_dir():
+        raise ValueError(f"--save {save}: folder {save.parent} does not exist")
+
+
 def run(args: argparse.Namespace) -> int:
     """Detect the GPU and run the cross-check; see the module docstring for the exit status."""
+    try:
+        check(args)
+    except ValueError as exc:
+        print(f"fpemu crosscheck: {exc}", file=sys.stderr)
+        return 2
     cupy = cupy_or_none()
     if cupy is None:
         print(
@@ -133,7 +159,7 @@ def execute(
         label: device description for the report.
         console: where the table goes.
     """
-    model = args.model or model_for_capability(sm // 10, sm % 10)
+    model = get_arch(args.model).name if args.model else model_for_capability(sm // 10, sm % 10)
     instrs = _names(args.instructions, list(INSTRUCTIONS), "--instructions")
     gens = _names(args.generators, list(GENERATORS), "--generators")
     options: dict[str, Any] = {
@@ -195,9 +221,9 @@ def execute(
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Stand-alone entry point: ``python -m fpemu.cli.crosscheck``."""
-    parser = argparse.ArgumentParser(prog="fpemu crosscheck", description=__doc__)
-    configure(parser)
-    return run(parser.parse_args(argv))
+    from fpemu.cli import main as fpemu_main  # noqa: PLC0415 - the one-line error handling
+
+    return fpemu_main(["crosscheck", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

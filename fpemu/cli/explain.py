@@ -5,12 +5,18 @@
 0.1 in bfloat16 (1 sign, 8 exponent, 7 fraction bits, bias 127)
 ...
 0
+>>> main(["explain", "-1e-5", "--plain"])  # doctest: +ELLIPSIS
+-1e-5 in every common format (mode rne; fpemu rounds the float64 -1e-05, errors are ...)
+format  stored value            error ...
+...
+0
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import re
 import sys
 from collections.abc import Sequence
 from fractions import Fraction
@@ -21,51 +27,224 @@ from rich.table import Table
 from rich.text import Text
 
 from fpemu.bits import decode
-from fpemu.describe import Explanation, _code, exact_decimal, explain, fields, hex_code
+from fpemu.cli.args import accepted, name_of, paragraph
+from fpemu.cli.errors import UsageError
+from fpemu.describe import (
+    Explanation,
+    _code,
+    describe_code,
+    exact_decimal,
+    explain,
+    fields,
+    hex_code,
+    parse_value,
+)
 from fpemu.formats import FORMATS, Format, get_format
-
+from fpemu.rounding import RoundMode, get_mode
 
 # ----- the command -----------------------------------------------------------------------------
+#: The formats of the side-by-side table (``fpemu explain VALUE`` without ``--format``).
+COMMON = ("float64", "float32", "tf32", "bfloat16", "float16", "float8_e4m3fn", "float8_e5m2",
+          "float6_e3m2fn", "float6_e2m3fn", "float4_e2m1fn")  # fmt: skip
+#: An integer literal in hex or binary: with ``--format``, a bit pattern of that format.
+_CODE = re.compile(r"^(0x[0-9a-f_]+|0b[01_]+)$", re.IGNORECASE)
+_INT = re.compile(r"^[+-]?(0x[0-9a-f_]+|0b[01_]+|0o[0-7_]+)$", re.IGNORECASE)
+_MODES = [m.value for m in RoundMode]
+
+
 def configure(parser: argparse.ArgumentParser) -> None:
     """Add ``fpemu explain``'s arguments to ``parser``."""
+    parser.epilog = paragraph(
+        "VALUE may be negative (fpemu explain -1e-5 -f fp16). With --format, an integer written "
+        "in hex or binary (0x3c00, 0b0_01111_0000000000) is a bit pattern of that format and its "
+        "value is explained; --value reads it as a number, --code reads a decimal integer as a "
+        "bit pattern. Without --format, VALUE is shown in every common format side by side."
+    )
     parser.add_argument(
         "value", metavar="VALUE",
-        help="0.1, 1e-5, 1/3, 0x1.8p-3, inf, nan (write -- before a VALUE like -1e-5)",
+        help="0.1, -1e-5, 1/3, 0x1.8p-3, -inf, nan; or a bit pattern such as 0x3c00 (see below)",
     )  # fmt: skip
     parser.add_argument(
-        "--format", "-f", dest="fmt", required=True, metavar="F",
-        help=f"format name or alias, e.g. bf16, fp16, e4m3 (all: {', '.join(FORMATS)})",
+        "--format", "-f", dest="fmt", metavar="F", type=name_of("format", get_format, FORMATS),
+        help="format name or alias, e.g. bf16, fp16, e4m3 (all: "
+             f"{accepted(FORMATS)}); default: a table of {accepted(COMMON)}",
     )  # fmt: skip
-    parser.add_argument("--mode", "-m", default="rne", help="highlighted rounding mode")
     parser.add_argument(
-        "--code", action="store_true", help="VALUE is a bit pattern (e.g. 0x3dcd), not a number"
+        "--mode", "-m", default="rne", type=name_of("rounding mode", get_mode, _MODES),
+        help=f"highlighted rounding mode: {accepted(_MODES)}",
+    )  # fmt: skip
+    how = parser.add_mutually_exclusive_group()
+    how.add_argument(
+        "--code",
+        action="store_true",
+        help="VALUE is a bit pattern of --format (also a decimal integer: 15360)",
+    )
+    how.add_argument(
+        "--value",
+        dest="as_number",
+        action="store_true",
+        help="VALUE is a number even when written like a bit pattern (0x3c00)",
     )
     parser.add_argument("--plain", action="store_true", help="plain text, no colour or boxes")
+    parser.add_argument(
+        "--block-format", "-b", metavar="B", default=None,
+        help="explain VALUE as one block of comma-separated values in block format B "
+             "(mxfp8_e4m3, mxfp4, nvfp4, ...: amax, the scale under each rule, every element's "
+             "code and error; the same as fpemu quant)",
+    )  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:
-    """Print the explanation; returns 0, or 2 for a bad VALUE/format/mode (message on stderr)."""
-    try:
-        f = get_format(args.fmt, arg="--format")
-        text = args.value
+    """Print the explanation (or, without ``--format``, the side-by-side table); returns 0.
+
+    Raises:
+        UsageError: VALUE is not a number, is beyond float64's range, is NaN for a format
+            without NaN, or is a bit pattern that does not fit the format.
+    """
+    if args.block_format is not None:
+        return _explain_block(args)
+    if args.fmt is None:
         if args.code:
-            text = _code_value(text, f)
-        e = explain(text, f, mode=args.mode)
-    except ValueError as err:
-        print(f"fpemu explain: {err}", file=sys.stderr)
-        return 2
+            raise UsageError(f"--code: needs --format (a bit pattern of which format?); "
+                             f"got VALUE {args.value}")  # fmt: skip
+        text = _value_text(args.value)
+        _check_range(args.value, text)
+        render_table(args.value, text, mode=args.mode, plain=args.plain)
+        return 0
+    f = get_format(args.fmt)
+    note = ""
+    if args.code or (not args.as_number and _CODE.match(args.value.strip())):
+        text = _code_value(args.value, f)
+        note = (f"{args.value.strip()} is read as a bit pattern of {f.name}: "
+                f"{describe_code(int(args.value, 0), f)}"
+                + ("" if args.code else " (--value reads it as a number)"))  # fmt: skip
+    else:
+        text = _value_text(args.value)
+        _check_range(args.value, text)
+    x, _ = parse_value(text)
+    if math.isnan(x) and not f.has_nan:
+        raise UsageError(f"VALUE {args.value}: NaN, which {f.name} cannot represent "
+                         "(it has no NaN encoding)")  # fmt: skip
+    e = explain(text, f, mode=args.mode)
+    if note and math.isnan(x) and e.code != int(args.value.strip(), 0):
+        note += (f"\na NaN: fpemu has one NaN per format, {hex_code(e.code, f)} in {f.name} "
+                 "(sign and payload of a NaN are not kept); it is explained below")  # fmt: skip
+    if note:
+        print(note)
     _render(e, plain=args.plain)
     return 0
 
 
+_ACCEPTED = ("accepted: a decimal (0.1, -1e-5), a fraction (1/3), a hex float (0x1.8p-3), "
+             "inf, nan, or with --format a bit pattern (0x3c00)")  # fmt: skip
+
+
+def _value_text(text: str) -> str:
+    """VALUE as :func:`~fpemu.describe.parse_value` reads it (integer literals in decimal)."""
+    t = text.strip().replace("_", "")
+    if _INT.match(t):
+        return str(int(t, 0))
+    try:
+        parse_value(t)
+    except ValueError:
+        raise UsageError(f"VALUE {text}: not a number; {_ACCEPTED}") from None
+    return t
+
+
+def _check_range(given: str, text: str) -> None:
+    x, exact = parse_value(text)
+    if math.isinf(x) and exact is not None:  # a finite number beyond float64
+        raise UsageError(
+            f"VALUE {given}: beyond float64's range (magnitude at most {sys.float_info.max!r}); "
+            "fpemu rounds float64 values: write inf or -inf for an infinity"
+        )
+
+
 def _code_value(text: str, f: Format) -> str:
     try:
-        code = int(text, 0)
+        code = int(text.strip(), 0)
     except ValueError:
-        raise ValueError(f"--code needs an integer bit pattern like 0x3dcd; got {text!r}") from None
+        raise UsageError(
+            f"VALUE {text}: --code needs an integer bit pattern such as 0x3c00 or 15360"
+        ) from None
     if not 0 <= code < 2**f.bits:
-        raise ValueError(f"bit pattern {text} does not fit in {f.name}'s {f.bits} bits")
+        raise UsageError(
+            f"VALUE {text}: a bit pattern of {f.name} lies in {hex_code(0, f)} to "
+            f"{hex_code(2**f.bits - 1, f)} ({f.bits} bits; --value reads it as a number)"
+        )
     return repr(float(decode(code, f)))
+
+
+def common_rows(text: str, *, mode: str = "rne") -> list[tuple[str, ...]]:
+    """Rows of the side-by-side table: VALUE rounded (under ``mode``) to each :data:`COMMON`
+    format, with the error against the exact VALUE, in absolute terms and in ulps of the format
+    at VALUE, and the bit pattern.
+
+    >>> for row in common_rows("0.1")[3:5]:
+    ...     print(row)
+    ('bf16', '0.10009765625', '+9.76563e-05', '+0.2', '0x3dcd')
+    ('fp16', '0.0999755859375', '-2.44141e-05', '-0.4', '0x2e66')
+    """
+    rows: list[tuple[str, ...]] = []
+    for name in COMMON:
+        f = get_format(name)
+        try:
+            e = explain(text, f, mode=mode)
+        except ValueError:  # NaN for a format without NaN
+            rows.append((short_name(f.name), "(no NaN)", "-", "-", "-"))
+            continue
+        err, ulps = "-", "-"
+        if e.exact is not None and math.isfinite(e.value):
+            d = Fraction(e.value) - e.exact
+            err = "0" if d == 0 else f"{float(d):+.6g}"
+            ulps = "0" if d == 0 else f"{float(d / Fraction(e.ulp)):+.6g}"
+        elif e.exact is not None:
+            err = "overflow"
+        rows.append((short_name(f.name), repr(e.value), err, ulps, hex_code(e.code, f)))
+    return rows
+
+
+def short_name(name: str) -> str:
+    """The short label of a format in the side-by-side table.
+
+    >>> [short_name(n) for n in ("float64", "bfloat16", "tf32", "float8_e4m3fn")]
+    ['fp64', 'bf16', 'tf32', 'e4m3fn']
+    """
+    if "_" in name:
+        return name.split("_", 1)[1]
+    return name.replace("bfloat", "bf").replace("float", "fp")
+
+
+def render_table(
+    given: str, text: str, *, mode: str, plain: bool, console: Console | None = None
+) -> None:
+    """Print VALUE in every :data:`COMMON` format (on ``console``, or stdout)."""
+    x, exact = parse_value(text)
+    title = f"{given} in every common format (mode {get_mode(mode).value}"
+    if exact is not None and Fraction(x) != exact:
+        title += f"; fpemu rounds the float64 {x!r}, errors are against the exact {given}"
+    title += ")"
+    header = ("format", "stored value", "error", "ulps", "bits (hex)")
+    rows = common_rows(text, mode=mode)
+    foot = ("error: stored value minus the exact VALUE; ulps: of that format at VALUE. "
+            "fpemu explain VALUE -f FORMAT for the bits and every rounding mode.")  # fmt: skip
+    if plain:
+        print(title)
+        print(plain_table(header, rows))
+        print(foot)
+        return
+    if console is None:
+        console = Console(highlight=False)
+        if not console.is_terminal:
+            console = Console(highlight=False, width=160)
+    table = Table(box=box.SIMPLE_HEAD, title=title, title_justify="left", pad_edge=False,
+                  collapse_padding=True)  # fmt: skip
+    for name in header:
+        table.add_column(name, justify="left" if name == "format" else "right", no_wrap=True)
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)
+    console.print(foot)
 
 
 def _num(v: float | None) -> str:
@@ -171,3 +350,25 @@ def plain_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
         "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
         for r in [header, *rows]
     )
+
+
+def _explain_block(args: argparse.Namespace) -> int:
+    """``fpemu explain V1,V2,... --block-format B``: the block explanation of ``fpemu quant``."""
+    from fpemu.cli import quant_explain  # noqa: PLC0415 - only this option needs fpemu.quant
+    from fpemu.quant import BLOCK_FORMATS, get_block_format  # noqa: PLC0415
+
+    if args.fmt is not None or args.code or args.as_number:
+        raise UsageError("--block-format: cannot be combined with --format, --code or --value")
+    try:
+        get_block_format(args.block_format)
+    except (TypeError, ValueError):
+        raise UsageError(
+            f"--block-format {args.block_format}: unknown block format; "
+            f"accepted: {accepted(BLOCK_FORMATS)}"
+        ) from None
+    try:
+        values = quant_explain._values(args.value)
+    except argparse.ArgumentTypeError as err:
+        raise UsageError(f"VALUE {err}") from None
+    ns = argparse.Namespace(values=values, block_format=args.block_format, rule=None)
+    return quant_explain.run(ns)

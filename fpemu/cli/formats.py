@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 from collections.abc import Sequence
 
 from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from fpemu.cli.args import accepted, name_of
 from fpemu.cli.explain import plain_table
 from fpemu.formats import ALIASES, FORMATS, Format, get_format
 
@@ -59,32 +59,91 @@ def format_rows(names: Sequence[str] | None = None) -> list[tuple[str, ...]]:
     return [format_row(f) for f in formats]
 
 
+#: Columns of the compact table, for a terminal too narrow for every column (80 columns).
+COMPACT = ("name", "bits", "e/m", "bias", "specials", "max", "tiny", "eps")
+
+
+def _exp2(x: float) -> str:
+    mant, exp = math.frexp(x)
+    return f"2^{exp - 1}" if mant == 0.5 else f"{x:.3g}"
+
+
+def compact_row(f: Format) -> tuple[str, ...]:
+    """The compact table row: ``tiny`` and ``eps`` as powers of two.
+
+    >>> compact_row(get_format("fp16"))
+    ('float16', '16', '5/10', '15', 'ieee', '65504', '2^-14', '2^-10')
+    """
+    return (
+        f.name, str(f.bits), f"{f.ebits}/{f.mbits}", str(f.bias), f.specials,
+        f"{f.max:.6g}", _exp2(f.tiny), _exp2(f.eps),
+    )  # fmt: skip
+
+
 def configure(parser: argparse.ArgumentParser) -> None:
     """Add ``fpemu formats``' arguments to ``parser``."""
+    names = [*FORMATS, *ALIASES]
     parser.add_argument(
-        "names", nargs="*", metavar="FORMAT", help="formats to show (default: all), e.g. bf16"
-    )
-    parser.add_argument("--plain", action="store_true", help="plain text, no colour or boxes")
+        "names", nargs="*", metavar="FORMAT", type=name_of("format", get_format, FORMATS),
+        help=f"formats to show (default: all): {accepted(names)}",
+    )  # fmt: skip
+    parser.add_argument("--plain", action="store_true",
+                        help="plain text, no colour or boxes (every column)")  # fmt: skip
+    layout = parser.add_mutually_exclusive_group()
+    layout.add_argument("--wide", action="store_true",
+                        help="every column, whatever the terminal width (automatic when they fit, "
+                             "and in a pipe)")  # fmt: skip
+    layout.add_argument("--compact", action="store_true",
+                        help=f"only the columns {', '.join(COMPACT)} (automatic in a terminal "
+                             "too narrow for every column)")  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:
-    """Print the table; returns 0, or 2 for an unknown format name (message on stderr)."""
-    try:
-        rows = format_rows(args.names)
-    except ValueError as err:
-        print(f"fpemu formats: {err}", file=sys.stderr)
-        return 2
+    """Print the table; returns 0."""
     aliases = ", ".join(f"{a}={n}" for a, n in ALIASES.items())
     if args.plain:
-        print(plain_table(HEADER, rows))
+        print(plain_table(HEADER, format_rows(args.names)))
         print(f"\naliases: {aliases}")
         return 0
     console = Console(highlight=False)
     if not console.is_terminal:  # a pipe: no colour, and no wrapping at 80 columns
         console = Console(highlight=False, width=200)
-    table = Table(*HEADER, box=box.SIMPLE_HEAD, title="fpemu formats")
+    render(console, args.names, wide=True if args.wide else False if args.compact else None)
+    return 0
+
+
+def render(console: Console, names: Sequence[str] | None = None, *,
+           wide: bool | None = None) -> None:  # fmt: skip
+    """Print the table on ``console``: every column when ``wide``; when None, every column if
+    they fit in the console's width, else the :data:`COMPACT` columns.
+
+    >>> import io
+    >>> con = Console(file=io.StringIO(), width=80)
+    >>> render(con, ["fp16"])
+    >>> max(len(line) for line in con.file.getvalue().splitlines()) <= 80
+    True
+    """
+    table = _table(HEADER, format_rows(names))
+    if wide is None:
+        natural = console.measure(table, options=console.options.update(max_width=10_000))
+        wide = natural.maximum <= console.width
+    if not wide:
+        fmts = [get_format(n) for n in names] if names else list(FORMATS.values())
+        table = _table(COMPACT, [compact_row(f) for f in fmts])
+    console.print(table)
+    if not wide:
+        console.print("e/m: exponent/fraction bits; tiny: smallest normal; eps: ulp(1). "
+                      "fpemu formats --wide for every column.")  # fmt: skip
+    aliases = ", ".join(f"{a}={n}" for a, n in ALIASES.items())
+    console.print(f"aliases: {aliases}")
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> Table:
+    table = Table(box=box.SIMPLE_HEAD, title="fpemu formats", pad_edge=False,
+                  collapse_padding=True)  # fmt: skip
+    for col in header:
+        left = col in ("name", "specials")
+        table.add_column(col, justify="left" if left else "right", no_wrap=True)
     for row in rows:
         table.add_row(*row)
-    console.print(table)
-    console.print(f"aliases: {aliases}", soft_wrap=True)
-    return 0
+    return table

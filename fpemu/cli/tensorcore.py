@@ -10,12 +10,22 @@ a100 tensor core, float16 inputs, float32 accumulation
 from __future__ import annotations
 
 import argparse
+import math
 from collections.abc import Sequence
 
 import numpy as np
 
+from fpemu.cli.args import Parser, accepted, int_at_least, name_of, number
+from fpemu.cli.errors import UsageError
+from fpemu.formats import get_format
 from fpemu.tensorcore import ARCHS
-from fpemu.tensorcore.compare import compare
+from fpemu.tensorcore.arch import ARCH_ALIASES, get_arch
+from fpemu.tensorcore.compare import MAX_EXACT_PRODUCTS, compare
+
+#: Input formats some modelled architecture takes (which one takes which: see ``--help``).
+INPUTS = ("float16", "bfloat16", "tf32", "float8_e4m3fn", "float8_e5m2")
+#: Accumulator formats.
+ACCS = ("float32", "float16")
 
 
 def main_compare(argv: Sequence[str] | None = None) -> int:
@@ -23,33 +33,77 @@ def main_compare(argv: Sequence[str] | None = None) -> int:
 
     Vectors are comma-separated numbers; without ``--a``/``--b`` a random problem is drawn.
     """
-    args = configure(argparse.ArgumentParser(prog="fpemu tensorcore")).parse_args(argv)
-    return run(args)
+    return run(configure(Parser(prog="fpemu tensorcore")).parse_args(argv))
+
+
+def _vector(text: str) -> list[float]:
+    try:
+        values = [float(x) for x in text.split(",")]
+    except ValueError:
+        values = []
+    if not values or not all(math.isfinite(v) for v in values):
+        raise argparse.ArgumentTypeError(
+            f"{text}: expected comma-separated finite numbers, e.g. 1,-0.5,3e-4"
+        )
+    return values
 
 
 def configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add the compare options to ``parser`` (for the ``fpemu`` CLI)."""
-    parser.add_argument("--arch", default="h100", help=f"one of {', '.join(ARCHS)} or an alias")
-    parser.add_argument("--fmt", default="float16", help="input format (fp16, bf16, tf32, ...)")
-    parser.add_argument("--acc", default="float32", help="accumulator: float32 or float16")
-    parser.add_argument("--a", help="comma-separated row vector a (length K)")
-    parser.add_argument("--b", help="comma-separated column vector b (length K)")
-    parser.add_argument("--c", type=float, default=0.0, help="accumulator input C")
-    parser.add_argument("--k", type=int, default=64, help="K of a random problem")
-    parser.add_argument("--seed", type=int, default=0, help="seed of a random problem")
+    archs = [*ARCHS, *ARCH_ALIASES]
+    parser.add_argument("--arch", default="h100", type=name_of("architecture", get_arch, archs),
+                        help=f"tensor-core architecture: {accepted(archs)}")  # fmt: skip
+    parser.add_argument("--fmt", default="float16",
+                        type=name_of("input format", get_format, INPUTS),
+                        help=f"input format: {accepted(INPUTS)} or an alias (fp16, bf16, e4m3, "
+                             "...), as the architecture supports")  # fmt: skip
+    parser.add_argument("--acc", default="float32", type=name_of("accumulator", get_format, ACCS),
+                        help=f"accumulator format: {accepted(ACCS)}")  # fmt: skip
+    parser.add_argument("--a", type=_vector, metavar="A1,A2,...",
+                        help="comma-separated row vector a (length K)")  # fmt: skip
+    parser.add_argument("--b", type=_vector, metavar="B1,B2,...",
+                        help="comma-separated column vector b (length K)")  # fmt: skip
+    parser.add_argument("--c", type=number(), default=0.0, help="accumulator input C")
+    parser.add_argument("--k", type=int_at_least(1, MAX_EXACT_PRODUCTS), default=64,
+                        help="K of a random problem (without --a and --b)")  # fmt: skip
+    parser.add_argument("--seed", type=int_at_least(0), default=0,
+                        help="seed of a random problem")  # fmt: skip
     return parser
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run a parsed compare command; returns the exit status."""
+    """Run a parsed compare command; returns the exit status.
+
+    Raises:
+        UsageError: only one of ``--a``/``--b``, vectors of different lengths, or a format
+            the architecture has no instruction for.
+    """
     if (args.a is None) != (args.b is None):
-        raise ValueError("give both --a and --b, or neither (random problem)")
+        given = "--a" if args.a is not None else "--b"
+        raise UsageError(f"{given}: give both --a and --b, or neither (a random problem)")
+    arch, fmt, acc = get_arch(args.arch), get_format(args.fmt), get_format(args.acc)
+    if fmt.name not in INPUTS:
+        raise UsageError(f"--fmt {args.fmt}: not a tensor-core input; accepted: "
+                         f"{accepted(INPUTS)}")  # fmt: skip
+    if acc.name not in ACCS:
+        raise UsageError(f"--acc {args.acc}: not a tensor-core accumulator; accepted: "
+                         f"{accepted(ACCS)}")  # fmt: skip
+    try:
+        arch.block_spec(fmt, acc)
+    except ValueError as exc:
+        raise UsageError(f"--fmt {args.fmt} --acc {args.acc}: no {arch.name} instruction: "
+                         f"{exc}") from None  # fmt: skip
     if args.a is None:
         rng = np.random.default_rng(args.seed)
         a = rng.standard_normal((1, args.k))
         b = rng.standard_normal((args.k, 1))
     else:
-        a = np.array([[float(x) for x in args.a.split(",")]])
-        b = np.array([[float(x)] for x in args.b.split(",")])
-    print(compare(a, b, fmt=args.fmt, arch=args.arch, c=[[args.c]], acc=args.acc))
+        if len(args.a) != len(args.b):
+            raise UsageError(f"--b {','.join(map(repr, args.b))}: length {len(args.b)}; "
+                             f"expected the length of --a, {len(args.a)}")  # fmt: skip
+        if len(args.a) > MAX_EXACT_PRODUCTS:
+            raise UsageError(f"--a: length {len(args.a)}; at most {MAX_EXACT_PRODUCTS}")
+        a = np.array([args.a])
+        b = np.array(args.b)[:, None]
+    print(compare(a, b, fmt=fmt, arch=arch.name, c=[[args.c]], acc=acc))
     return 0

@@ -22,7 +22,8 @@ from rich.console import Console
 from rich.table import Table
 
 import fpemu
-from fpemu.amp.scaling import TorchGradScaler
+from fpemu.amp.scaling import get_scaler
+from fpemu.cli.args import int_at_least
 from fpemu.rounding import RoundMode
 from fpemu.tensorcore.compare import compare
 
@@ -169,24 +170,58 @@ def lesson_tensor_cores(con: Console) -> None:
     con.print("   `fpemu tensorcore` compares any inputs on v100, t4, a100, ada, h100 or b200.\n")
 
 
+class _OneWeight:
+    """A one-parameter SGD "optimizer" (``.params`` with ``.grad``, ``.step()``) for a scaler."""
+
+    def __init__(self) -> None:
+        self.params = [self]
+        self.data = np.float32(1.0)
+        self.grad: np.ndarray | None = None
+
+    def step(self) -> None:
+        assert self.grad is not None
+        self.data = np.float32(self.data - np.float32(0.01) * self.grad[0])
+
+
+def _scaler_story(name: str, **options: object) -> tuple[str, float]:
+    """log2(scale) per step ('!' overflow, 's' skipped) and the final weight, scripted run."""
+    scaler, w, cells = get_scaler(name, **options), _OneWeight(), []
+    for g in (0.25, 0.25, 0.25, 0.25, 0.25, 300.0, 0.25, 0.25):  # a spike at step 5
+        scale = float(scaler.scale(np.float32(1.0)))
+        with np.errstate(over="ignore", invalid="ignore"):
+            w.grad = np.asarray(fpemu.round(np.float32(g * scale), "fp16"), np.float32)[None]
+            scaler.step(w)
+        rec = scaler.update()
+        assert rec is not None
+        mark = ("!" if rec.found_inf else "") + ("s" if rec.skipped else "")
+        cells.append(f"{np.log2(scale):g}{mark}".ljust(4))
+    return " ".join(cells), float(w.data)
+
+
 def lesson_loss_scaling(con: Console) -> None:
-    """Small gradients underflow FP16; multiplying the loss by 2**16 brings them back."""
+    """Small gradients underflow FP16; multiplying the loss by 2**16 brings them back; the two
+    scaler mistakes people write (tutorial scaler, GradScaler built every step) beside torch's."""
     g = np.exp(np.random.default_rng(0).normal(np.log(1e-7), 2.0, 100_000))  # typical tiny grads
     con.print("[bold]8. Loss scaling: 100 000 gradients around 1e-7[/bold]")
     for fmt, scale in (("fp16", 1.0), ("fp16", 2.0**16), ("bf16", 1.0)):
         lost = float(np.mean(fpemu.round(g * scale, fmt) == 0))
         con.print(f"   {fmt} with loss scale {scale:>7g}: {lost:6.1%} of the gradients become 0")
-    scaler = TorchGradScaler(device="cpu", init_scale=2.0**16, growth_interval=2)
-    trace = []
-    for grad in (1.0, np.inf, 1.0, 1.0, 1.0):  # an overflow on the second step
-        scaler.scale(1.0)
-        found = scaler.unscale_([np.array([grad], np.float32)])
-        rec = scaler.update()
-        trace.append(f"{'inf' if found else 'ok '}->{rec.scale_after:g}" if rec else "")
-    con.print("   PyTorch GradScaler (growth_interval=2): " + ", ".join(trace))
+    con.print("   Gradient 0.25 (300 at step 5) times the scale, in fp16; log2(scale) per")
+    con.print("   step (! overflow, s skipped), then the weight (1.0 at the start):")
+    for label, name, options in (
+        ("GradScaler, growth_interval=2", "torch", {"growth_interval": 2}),
+        ("tutorial: step, then check", "tutorial", {}),
+        ("tutorial, with skipping", "tutorial_skip", {}),
+        ("GradScaler() every step", "fresh_gradscaler", {}),
+    ):
+        story, weight = _scaler_story(name, **options)
+        con.print(f"   {label:29} {story} {weight:g}")
     con.print(
-        "   It halves on overflow (and the step is skipped), grows after a run of clean "
-        "steps.\n   A scaler that just doubles every step overflows for good: see the docs.\n"
+        "   GradScaler halves on overflow, skips that step, grows after clean steps.\n"
+        "   The tutorial scaler applies the inf gradient before it checks: the weight\n"
+        "   is lost. With skipping it still doubles every step, so every other step\n"
+        "   overflows. A GradScaler built every step stays at 2**16: it never adapts.\n"
+        "   See the docs page 'Loss scaling and master weights'.\n"
     )
 
 
@@ -204,7 +239,8 @@ LESSONS: list[Callable[[Console], None]] = [
 
 def configure(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``fpemu tour``."""
-    parser.add_argument("--width", type=int, default=None, help="terminal width (default: auto)")
+    parser.add_argument("--width", type=int_at_least(40), default=None,
+                        help="terminal width, at least 40 columns (default: auto)")  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:

@@ -1,9 +1,12 @@
 """``fpemu train``: train a small MLP under a mixed-precision policy and print what happened.
 
->>> import argparse
->>> p = argparse.ArgumentParser(); configure(p)
->>> run(p.parse_args(["moons", "--steps", "2", "--hidden", "4", "--no-progress", "--json"]))
-... # doctest: +ELLIPSIS
+By default it trains the ``spirals`` data set under PyTorch's CUDA FP16 autocast policy with
+torch's dynamic ``GradScaler`` (``--policy fp32`` for plain FP32), and prints the accuracy, the
+loss-scale trace (scale at the first and last step, skipped steps, growths and backoffs) and the
+gradient values per layer that are zero, subnormal or overflowed in the gradient format.
+
+>>> from fpemu.cli import main
+>>> main(["train", "moons", "--steps", "2", "--hidden", "4", "--json"])  # doctest: +ELLIPSIS
 {...
 0
 """
@@ -11,38 +14,107 @@
 from __future__ import annotations
 
 import argparse
+import itertools
+from collections.abc import Sequence
 
-from fpemu.amp.policy import preset_names
-from fpemu.training import train
-from fpemu.training.datasets import DATASETS
+from fpemu.amp.policy import POLICY_ALIASES, get_policy, preset_names
+from fpemu.amp.scaling.registry import SCALER_ALIASES, SCALERS, get_scaler
+from fpemu.cli.args import accepted, int_at_least, model_names, name_of, number
+from fpemu.cli.errors import UsageError
+from fpemu.cli.explain import plain_table
+from fpemu.linalg import get_model
+from fpemu.training import TrainResult, train
+from fpemu.training.datasets import DATASETS, get_dataset, unavailable
+
+#: Scaler names ``--scaler`` takes besides the registry's.
+_SPECIAL_SCALERS = ("policy", "none")
+#: Accumulation models listed in messages (instruction models are many: see fpemu.linalg.models).
+_MODELS = [*model_names(), "sm90.mma.f16.f32, ..."]
+#: Scale-change events printed without ``--trace``.
+EVENTS_SHOWN = 10
+
+
+def _scaler(name: str) -> object:
+    return name if name in _SPECIAL_SCALERS else get_scaler(name)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``fpemu train``."""
-    parser.add_argument("dataset", choices=list(DATASETS), help="data set (digits needs sklearn)")
-    parser.add_argument("--policy", default="fp32", help=f"preset: {', '.join(preset_names())}")
+    policies = [*preset_names(), *POLICY_ALIASES]
+    scalers = list(dict.fromkeys([*_SPECIAL_SCALERS, *SCALERS, *SCALER_ALIASES]))
+    parser.add_argument("dataset", nargs="?", default="spirals", metavar="DATASET",
+                        type=name_of("data set", get_dataset_name, DATASETS),
+                        help=f"data set: {accepted(DATASETS)} (digits needs the data extra: "
+                             "pip install 'fpemu[data]') (default: spirals)")  # fmt: skip
+    parser.add_argument("--policy", default="torch_cuda_fp16",
+                        type=name_of("policy", get_policy, policies),
+                        help=f"AMP policy preset: {accepted(policies)}")  # fmt: skip
+    parser.add_argument("--scaler", default="policy", type=name_of("scaler", _scaler, scalers),
+                        help="loss scaler: 'policy' (the one the policy's framework pairs with "
+                             f"it), 'none', or {accepted(scalers[2:])}")  # fmt: skip
+    parser.add_argument("--hidden", type=int_at_least(1), nargs="+", default=[64],
+                        metavar="WIDTH", help="hidden layer widths")  # fmt: skip
+    parser.add_argument("--steps", type=int_at_least(1), default=200, help="optimizer steps")
+    parser.add_argument("--lr", type=number(positive=True), default=0.05, help="learning rate")
+    parser.add_argument("--optimizer", choices=["sgd", "adam"], default="sgd",
+                        help="sgd (momentum 0.9) or adam")  # fmt: skip
+    parser.add_argument("--batch-size", type=int_at_least(1), default=64,
+                        help="examples per step")  # fmt: skip
+    parser.add_argument("--micro-batches", type=int_at_least(1), default=1,
+                        help="gradient accumulation: micro-batches per step (divides "
+                             "--batch-size)")  # fmt: skip
     parser.add_argument(
-        "--scaler",
-        default="policy",
-        help="'policy' (the framework's pairing), 'none', or a scaler name",
+        "--clip",
+        type=number(positive=True),
+        default=None,
+        help="clip the unscaled gradients' global norm to this value",
     )
-    parser.add_argument("--hidden", type=int, nargs="+", default=[64], help="hidden widths")
-    parser.add_argument("--steps", type=int, default=200)
-    parser.add_argument("--lr", type=float, default=0.05)
-    parser.add_argument("--optimizer", choices=["sgd", "adam"], default="sgd")
-    parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--micro-batches", type=int, default=1, help="gradient accumulation")
-    parser.add_argument("--clip", type=float, default=None, help="max gradient norm")
-    parser.add_argument("--loss-weight", type=float, default=1.0, help="multiply the loss")
-    parser.add_argument("--acc-model", default=None, help="override the accumulation model")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--loss-weight",
+        type=number(positive=True),
+        default=1.0,
+        help="multiply the loss (a small weight makes FP16 gradients underflow)",
+    )
+    parser.add_argument("--acc-model", default=None, metavar="MODEL",
+                        type=name_of("accumulation model", get_model, _MODELS),
+                        help="override the policy's matmul accumulation model: "
+                             f"{accepted(model_names())} or an "
+                             "instruction model (sm90.mma.f16.f32, ...)")  # fmt: skip
+    parser.add_argument("--seed", type=int_at_least(0), default=0,
+                        help="seed of initialisation, split and batches")  # fmt: skip
+    parser.add_argument("--trace", action="store_true",
+                        help="print every step where the scale changed or the step was skipped "
+                             f"(otherwise the first {EVENTS_SHOWN})")  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print the full result as JSON")
-    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    parser.add_argument("--no-progress", action="store_true",
+                        help="hide the progress bar (shown only on a terminal)")  # fmt: skip
+
+
+def get_dataset_name(name: str) -> str:
+    """``name`` if it is a data set of :data:`~fpemu.training.datasets.DATASETS`."""
+    if name not in DATASETS:
+        raise ValueError(name)
+    return name
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run ``fpemu train``; returns the exit status."""
-    scaler = None if args.scaler == "none" else args.scaler
+    """Run ``fpemu train``; returns the exit status.
+
+    Raises:
+        UsageError: the data set needs a missing extra, or ``--batch-size`` is not a multiple
+            of ``--micro-batches`` or larger than the training set.
+    """
+    missing = unavailable(args.dataset)
+    if missing:
+        raise UsageError(f"DATASET {args.dataset}: {missing}")
+    if args.batch_size % args.micro_batches:
+        raise UsageError(f"--micro-batches {args.micro_batches}: must divide --batch-size "
+                         f"{args.batch_size}")  # fmt: skip
+    n_train = len(get_dataset(args.dataset, seed=args.seed).x_train)
+    if args.batch_size > n_train:
+        raise UsageError(f"--batch-size {args.batch_size}: at most {n_train}, the training "
+                         f"examples of {args.dataset}")  # fmt: skip
+    scaler = None if args.scaler in ("none", "off") else args.scaler
     r = train(args.dataset, hidden=tuple(args.hidden), policy=args.policy, scaler=scaler,
               steps=args.steps, lr=args.lr, optimizer=args.optimizer, seed=args.seed,
               batch_size=args.batch_size, micro_batches=args.micro_batches, clip=args.clip,
@@ -51,14 +123,77 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(r.to_json(indent=2))
         return 0
-    print(f"policy {r.config['policy']}, scaler {r.config['scaler']}, {args.steps} steps")
-    print(f"test accuracy {100 * r.final_accuracy:.1f}%  train accuracy "
-          f"{100 * r.train_accuracy:.1f}%  final loss {r.final_loss:.4g}  "
-          f"skipped {r.skipped_steps}")  # fmt: skip
-    print("layer      zero%  subnormal%  overflow%  (after scaling | before scaling)")
+    print("\n".join(report(r, trace=args.trace)))
+    return 0
+
+
+def scale_events(r: TrainResult) -> list[tuple[int, float, float, str]]:
+    """Steps where the loss scale changed or the step was skipped: (step, loss, scale, what).
+
+    >>> from fpemu.training import TrainResult, TrainStep
+    >>> r = TrainResult(config={}, steps=[TrainStep(0, 1.0, 4.0, True, True),
+    ...                                   TrainStep(1, 1.0, 2.0, False, False)])
+    >>> scale_events(r)
+    [(0, 1.0, 4.0, 'skipped (inf/NaN gradients)'), (1, 1.0, 2.0, 'backoff: 4 -> 2')]
+    """
+    out = []
+    prev = None
+    for s in r.steps:
+        what = []
+        if prev is not None and s.scale != prev:
+            what.append(f"{'growth' if s.scale > prev else 'backoff'}: {prev:g} -> {s.scale:g}")
+        if s.skipped:
+            what.append("skipped (inf/NaN gradients)")
+        if what:
+            out.append((s.step, s.loss, s.scale, "; ".join(what)))
+        prev = s.scale
+    return out
+
+
+def report(r: TrainResult, *, trace: bool = False) -> list[str]:
+    """The printed lines: run, accuracy, loss-scale summary and trace, gradient table."""
+    c = r.config
+    pol = get_policy(c["policy"])
+    scales = [s.scale for s in r.steps]
+    growths = sum(b > a for a, b in itertools.pairwise(scales))
+    backoffs = sum(b < a for a, b in itertools.pairwise(scales))
+    lines = [
+        f"{c['dataset']}: MLP with hidden widths {', '.join(map(str, c['hidden']))}, "
+        f"policy {c['policy']} "
+        f"(compute {pol.compute.name}, parameters {pol.param.name}, master weights "
+        f"{pol.master.name if pol.master else 'none'}), "
+        f"scaler {c['scaler']}, {c['optimizer']} lr {c['lr']:g}, {len(r.steps)} steps",
+        f"accuracy: test {100 * r.final_accuracy:.1f}%, train {100 * r.train_accuracy:.1f}%; "
+        f"final loss {r.final_loss:.4g}",
+        f"loss scale: {scales[0]:g} at the first step, {scales[-1]:g} at the last; "
+        f"{r.skipped_steps} skipped steps, {growths} growths, {backoffs} backoffs",
+    ]
+    events = scale_events(r)
+    if events:
+        shown = events if trace else events[:EVENTS_SHOWN]
+        lines += ["", plain_table(("step", "loss", "scale used", "event"),
+                                  [(str(s), f"{loss:.4g}", f"{sc:g}", what)
+                                   for s, loss, sc, what in shown])]  # fmt: skip
+        if len(shown) < len(events):
+            lines.append(f"... {len(events) - len(shown)} more events (--trace shows all)")
+    lines += [
+        "",
+        f"gradient values as {pol.compute.name}, % per layer (mean over steps): "
+        "after = with the loss scale, as backward produced them; before = without",
+    ]
+    rows = []
     for layer, st in r.grad_stats.items():
         a, b = st["after_scaling"], st["before_scaling"]
-        print(f"{layer:9s} {100 * a['zero']:6.2f} {100 * a['subnormal']:10.2f} "
-              f"{100 * a['overflow']:9.2f}  | {100 * b['zero']:6.2f} {100 * b['subnormal']:6.2f} "
-              f"{100 * b['overflow']:6.2f}")  # fmt: skip
-    return 0
+        rows.append((layer, *(f"{100 * d[k]:.2f}" for d in (a, b)
+                              for k in ("zero", "subnormal", "overflow"))))  # fmt: skip
+    header: Sequence[str] = (
+        "layer",
+        "zero after",
+        "subnormal after",
+        "overflow after",
+        "zero before",
+        "subnormal before",
+        "overflow before",
+    )
+    lines.append(plain_table(header, rows))
+    return lines

@@ -60,6 +60,7 @@ import numpy as np
 
 from fpemu.backend import xp
 from fpemu.formats import Format, FormatLike, get_format
+from fpemu.inputs import as_array, as_float_array
 from fpemu.linalg.chains import _NATIVE
 from fpemu.linalg.registry import Model, get_model
 from fpemu.linalg.step import _F16, _F32, _fits_float32, _same_format
@@ -210,25 +211,19 @@ def sum(  # noqa: A001 - the natural name, like numpy.sum
 
 
 def _operand(name: str, v: Any, *, allow_0d: bool = False, keep32: bool = False) -> Any:
-    """``v`` as a float64 array (float32 if ``keep32`` and ``v`` is float32 or float16)."""
-    arr = v if hasattr(v, "dtype") and hasattr(v, "shape") else np.asarray(v)
-    dt = arr.dtype
-    ok = dt.kind in "fiub" or (dt.kind == "V" and "float" in dt.name)
-    if not ok:
-        raise TypeError(f"{name} must hold real numbers, got {name} with dtype {dt}")
+    """``v`` as a float64 array (float32 if ``keep32`` and that is exact: float32, float16 and
+    ml_dtypes data), converted by :func:`fpemu.inputs.as_float_array`."""
+    arr = as_float_array(v, arg=name, keep32=keep32)
     if arr.ndim == 0 and not allow_0d:
         raise ValueError(f"{name} must have at least one dimension, got a 0-d {name}")
-    np_ = xp(arr)
-    narrow = keep32 and dt in (np_.float32, np_.float16)  # exact in float32: no float64 copy
-    with np.errstate(invalid="ignore"):  # signalling NaNs quietly become NaN
-        return np_.asarray(arr, dtype=np_.float32 if narrow else np_.float64)
+    return arr
 
 
 def _round_input(x: Any, given: Any, f: Format, *, keep32: bool) -> Any:
     """``x`` (``given`` as an array) rounded to ``f`` (RNE, the format's defaults), as float32
     if ``keep32`` allows. Skipped where the dtype of ``given`` holds only values of ``f``
     (float16 data for float16 or float32 inputs, float32 data for float32)."""
-    src = getattr(given, "dtype", None)
+    src = as_array(given, arg="input").dtype  # the data's own dtype (torch, big-endian too)
     np_ = xp(x)
     if (src == np_.float16 and (_same_format(f, _F16) or _same_format(f, _F32))) or (
         src == np_.float32 and _same_format(f, _F32)

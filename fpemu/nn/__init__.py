@@ -9,13 +9,16 @@
 
 from fpemu.nn import functional  # binds Tensor's operators (see fpemu.nn.tensor)
 from fpemu.nn.modules import MLP, LayerNorm, Linear, Module
-from fpemu.nn.optim import SGD, Adam, Optimizer, clip_grad_norm
+from fpemu.nn.graph import GraphModule
+from fpemu.nn.optim import SGD, Adam, AdamW, Optimizer, clip_grad_norm
 from fpemu.nn.tensor import GradCheck, Tensor, cast, gradcheck, round_to
 
 __all__ = [
     "MLP",
     "SGD",
     "Adam",
+    "AdamW",
+    "GraphModule",
     "GradCheck",
     "LayerNorm",
     "Linear",

@@ -25,6 +25,7 @@ Fused ops (softmax, log_softmax, cross_entropy, mse, layer_norm) round only thei
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -32,7 +33,7 @@ import numpy as np
 
 from fpemu import linalg, rounding
 from fpemu.amp.policy import Policy, current_policy, get_policy
-from fpemu.backend import xp
+from fpemu.backend import to_numpy, xp
 from fpemu.formats import Format
 from fpemu.linalg.chains import _NATIVE as _NATIVE_MODELS
 from fpemu.nn.tensor import Array, Tensor, bind_operators, cast, round_to, work_dtype
@@ -297,6 +298,69 @@ def gelu(x: Tensor, *, policy: Policy | str | None = None) -> Tensor:
     return _unary("gelu", x, _gelu, lambda v, y, g: _gelu_grad(v, g), policy)
 
 
+def _erf(v: Arr) -> Arr:
+    """erf in float64 (the C library's ``erf`` through :func:`math.erf`, element by element):
+    more accurate than the float32 opmath torch evaluates, so what remains is one rounding to
+    the compute format. Device data makes an explicit round trip through the host."""
+    host = np.asarray(_ERF64(to_numpy(v).astype(np.float64)), np.float64)
+    return host if type(v) is np.ndarray else xp(v).asarray(host)
+
+
+_ERF64 = np.frompyfunc(math.erf, 1, 1)
+_SQRT1_2 = float(np.sqrt(0.5))
+#: d/dx Phi(x) = exp(-x^2/2) / sqrt(2 pi): torch's ``kBeta = M_2_SQRTPI * M_SQRT1_2 * 0.5``
+_GELU_BETA = float(2 / np.sqrt(np.pi) * np.sqrt(0.5) * 0.5)
+
+
+def _gelu_erf(v: Arr) -> Arr:
+    w = v.astype(np.float64)
+    return 0.5 * w * (1 + _erf(w * _SQRT1_2))
+
+
+def _gelu_erf_grad(v: Arr, g: Arr) -> Arr:
+    m = xp(v, g)
+    w = v.astype(np.float64)
+    cdf = 0.5 * (1 + _erf(w * _SQRT1_2))
+    return m.asarray(g * (cdf + w * _GELU_BETA * m.exp(-0.5 * w * w)))
+
+
+def gelu_erf(x: Tensor, *, policy: Policy | str | None = None) -> Tensor:
+    """GELU, exact erf form (``torch.nn.functional.gelu(x)``, torch's default).
+
+    The policy treats it as op ``"gelu"``: torch has one op, ``aten::gelu``, whose
+    ``approximate`` argument picks the form, and autocast lists the op, not the form. The value
+    is computed in float64 and rounded once to the compute format (torch's CPU kernel computes
+    half inputs in float32 opmath and rounds once; the two agree except where the float32
+    opmath result lies within its own error of a rounding boundary of the compute format).
+
+    >>> round(float(gelu_erf(Tensor([1.0])).data[0]), 6)
+    0.841345
+    """
+    return _unary("gelu", x, _gelu_erf, lambda v, y, g: _gelu_erf_grad(v, g), policy)
+
+
+def _silu(v: Arr) -> Arr:
+    w = v.astype(np.float64)
+    return w / (1 + xp(w).exp(-w))
+
+
+def _silu_grad(v: Arr, g: Arr) -> Arr:
+    m = xp(v, g)
+    w = v.astype(np.float64)
+    s = 1 / (1 + m.exp(-w))
+    return m.asarray(g * (s * (1 + w * (1 - s))))  # torch's silu_backward formula
+
+
+def silu(x: Tensor, *, policy: Policy | str | None = None) -> Tensor:
+    """SiLU (swish) ``x * sigmoid(x)`` (``torch.nn.functional.silu``), computed in float64
+    and rounded once to the compute format.
+
+    >>> round(float(silu(Tensor([1.0])).data[0]), 6)
+    0.731059
+    """
+    return _unary("silu", x, _silu, lambda v, y, g: _silu_grad(v, g), policy)
+
+
 def tanh(x: Tensor, *, policy: Policy | str | None = None) -> Tensor:
     """Hyperbolic tangent; backward uses the (rounded) output like ``tanh_backward``.
 
@@ -423,9 +487,17 @@ def mse(pred: Tensor, target: Tensor | Any, *, policy: Policy | str | None = Non
     return _finish(y, outf)
 
 
-def layer_norm(x: Tensor, weight: Tensor, bias: Tensor, *, eps: float = 1e-5,
+def layer_norm(x: Tensor, weight: Tensor, bias: Tensor, *, eps: float = 1e-5, threads: int = 1,
                policy: Policy | str | None = None) -> Tensor:  # fmt: skip
     """Layer normalization over the last axis (biased variance, like PyTorch).
+
+    When ``x`` is bfloat16/float16, the op computes wider and the policy leaves layer_norm
+    unlisted (torch CPU autocast: float32 weights, low input, low output), the weight and bias
+    gradients follow torch's CPU kernel (``LayerNormBackwardKernelImplInternal``): each of
+    ``threads`` chunks of rows is summed into a buffer of ``x``'s format, rounding after every
+    row, and the buffers are then added in float32. ``threads`` is torch's
+    ``get_num_threads()`` (the rows are split into ``threads`` contiguous chunks, as
+    ``at::parallel_for`` does).
 
     >>> layer_norm(Tensor([[1.0, 3.0]]), Tensor([1.0, 1.0]), Tensor([0.0, 0.0]), eps=0.0).data
     array([[-1.,  1.]])
@@ -433,13 +505,19 @@ def layer_norm(x: Tensor, weight: Tensor, bias: Tensor, *, eps: float = 1e-5,
     n = x.shape[-1]
     if weight.shape != (n,) or bias.shape != (n,):
         raise ValueError(f"layer_norm weight/bias must have shape ({n},), got {weight.shape}")
-    (xc, wc, bc), comp, outf, _ = _prep("layer_norm", [x, weight, bias], policy)
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise ValueError(f"threads={threads!r}: accepted an int >= 1")
+    low = x.fmt
+    (xc, wc, bc), comp, outf, pol = _prep("layer_norm", [x, weight, bias], policy)
     wd = _wd(comp)
     xv, wv = xc.data.astype(wd), wc.data.astype(wd)
     mu = xv.mean(axis=-1, keepdims=True)
     inv = 1 / xp(xv).sqrt(((xv - mu) ** 2).mean(axis=-1, keepdims=True) + wd(eps))
     xhat = (xv - mu) * inv
     y = _result(xhat * wv + bc.data.astype(wd), comp, (xc, wc, bc), "layer_norm")
+    # torch's own mixed-dtype kernel: an unlisted layer_norm on a low input (CPU autocast)
+    mixed = (low != comp and low.name in ("bfloat16", "float16") and xv.ndim == 2
+             and pol.category("layer_norm") == "native")  # fmt: skip
 
     def _backward() -> None:
         assert y.grad is not None
@@ -449,11 +527,33 @@ def layer_norm(x: Tensor, weight: Tensor, bias: Tensor, *, eps: float = 1e-5,
         gx = inv * (gh - gh.mean(axis=-1, keepdims=True)
                     - xhat * (gh * xhat).mean(axis=-1, keepdims=True))  # fmt: skip
         xc.accumulate(gx)
-        wc.accumulate((g * xhat).sum(axis=lead))
-        bc.accumulate(g.sum(axis=lead))
+        if mixed:
+            a = inv.astype(np.float64)
+            terms = g.astype(np.float64) * (a * xv + round_to(-a * mu, comp))
+            wc.accumulate(_chunked_low_sum(terms, low, threads))
+            bc.accumulate(_chunked_low_sum(g, low, threads))
+        else:
+            wc.accumulate((g * xhat).sum(axis=lead))
+            bc.accumulate(g.sum(axis=lead))
 
     y._backward = _backward
     return _finish(y, outf)
+
+
+def _chunked_low_sum(terms: Arr, low: Format, threads: int) -> Arr:
+    """Column sums as torch's reduced-precision LayerNorm backward forms them: ``threads``
+    contiguous chunks of rows, each accumulated in ``low`` (rounded after every row), the chunk
+    sums then added in float32."""
+    m = xp(terms)
+    rows = terms.shape[0]
+    chunk = -(-rows // threads)
+    total = m.zeros(terms.shape[1], np.float32)
+    for t in range(threads):
+        buf = m.zeros(terms.shape[1], np.float64)
+        for i in range(t * chunk, min(rows, (t + 1) * chunk)):
+            buf = round_to(buf + terms[i], low).astype(np.float64)
+        total = (total + buf.astype(np.float32)).astype(np.float32)
+    return total
 
 
 # Tensor's ``+``, ``*`` and ``@`` are these ops (see fpemu.nn.tensor._OPERATORS).

@@ -237,6 +237,32 @@ class Adam(Optimizer):
         return round_to(w - dt(step_size) * (m / denom), f)  # param.addcdiv_(m, denom, -step)
 
 
+class AdamW(Adam):
+    """AdamW: decoupled weight decay ``w *= 1 - lr*weight_decay`` (one rounding, as torch's
+    ``param.mul_``), then the Adam step without L2 decay (torch's single-tensor order).
+
+    >>> p = Tensor(np.array([1.0], np.float32), requires_grad=True)
+    >>> AdamW([p], lr=0.1, weight_decay=0.5).step([np.array([0.0], np.float32)])
+    >>> p.data
+    array([0.95], dtype=float32)
+    """
+
+    def __init__(self, params: Sequence[Tensor], *, lr: float = 1e-3,
+                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 1e-2, master: FormatLike | None = None) -> None:  # fmt: skip
+        super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
+                         master=master)  # fmt: skip
+
+    def _update(self, i: int, w: Array, g: Array, f: Format) -> Array:
+        decay, self.weight_decay = self.weight_decay, 0.0
+        try:
+            if decay:
+                w = round_to(w * w.dtype.type(1 - self.lr * decay), f)  # param.mul_(1 - lr*wd)
+            return super()._update(i, w, g, f)
+        finally:
+            self.weight_decay = decay
+
+
 def clip_grad_norm(grads: Grads, max_norm: float) -> tuple[list[Array | None], float]:
     """Scale ``grads`` so their global L2 norm is at most ``max_norm`` (``clip_grad_norm_``).
 

@@ -40,6 +40,8 @@ from fpemu import rounding
 from fpemu.amp.policy import Policy, autocast, get_policy
 from fpemu.backend import to_numpy, xp
 from fpemu.formats import Format, FormatLike, get_format
+from fpemu.inputs import as_array, as_float_array
+from fpemu.storage import format_of
 
 __all__ = [
     "Array", "GradCheck", "Tensor", "autocast", "cast", "gradcheck", "round_to", "to_namespace",
@@ -51,6 +53,7 @@ Array = Any
 
 _F32 = np.finfo(np.float32)
 _FLOAT32 = get_format("float32")
+_FLOAT64 = get_format("float64")
 
 
 def work_dtype(fmt: FormatLike) -> type[np.floating[Any]]:
@@ -120,12 +123,23 @@ def to_namespace(a: Any, module: ModuleType, *, copy: bool = False) -> Array:
     return module.array(a) if copy else module.asarray(a)
 
 
+def _default_format(dt: np.dtype[Any]) -> Format:
+    """The format of float data's dtype (float16, ml_dtypes bfloat16, ...), else float64."""
+    try:
+        f = format_of(dt) if dt.kind in "fV" else _FLOAT64
+    except ValueError:  # a dtype without an fpemu format (float128, ml_dtypes int4)
+        return _FLOAT64
+    return f if f.signed and f.zero else _FLOAT64  # scale formats (E8M0) hold no tensors
+
+
 class Tensor:
     """An array whose values are exactly representable in ``fmt``, with an optional gradient.
 
     Args:
-        data: array-like; it is rounded to ``fmt`` (RNE) on construction.
-        fmt: the format (default: float32 for float32 input, else float64).
+        data: values, as :mod:`fpemu.inputs` accepts them (arrays of any real dtype, lists,
+            Python numbers, CPU torch tensors, CuPy arrays); rounded to ``fmt`` (RNE).
+        fmt: the format (default: the format of float data's own dtype: float32, float16,
+            bfloat16, float8_e4m3fn, ...; float64 for float64, integer, bool and Python data).
         requires_grad: whether backward should compute ``grad`` for this leaf.
         name: a label (used in statistics and state dicts).
 
@@ -154,11 +168,10 @@ class Tensor:
         requires_grad: bool = False,
         name: str = "",
     ) -> None:
-        arr = xp(data).asarray(data)
-        if arr.dtype.kind not in "fiub":
-            raise TypeError(f"data must be a real numeric array, got dtype {arr.dtype}")
+        src = as_array(data, arg="data")  # what fpemu.inputs accepts, torch tensors included
         if fmt is None:
-            fmt = "float32" if arr.dtype == np.float32 else "float64"
+            fmt = _default_format(src.dtype)
+        arr = as_float_array(src, arg="data", keep32=True)
         if not isinstance(requires_grad, bool):
             raise TypeError(f"requires_grad must be a bool, got {requires_grad!r}")
         self.fmt: Format = get_format(fmt)

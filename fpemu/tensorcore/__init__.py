@@ -1,4 +1,4 @@
-"""Bit-accurate models of NVIDIA tensor-core matrix multiply-accumulate.
+"""Bit-accurate models of NVIDIA tensor-core and AMD matrix-core multiply-accumulate.
 
 Each architecture (``v100``, ``t4``, ``a100``, ``ada``, ``h100``, ``b200`` and aliases such as
 ``sm_80`` or ``h200``) is a model for :func:`fpemu.matmul` (``model="h100"``), built from one
@@ -16,6 +16,12 @@ Importing this package registers every architecture with :mod:`fpemu.linalg`:
 
 >>> from fpemu.linalg import matmul
 >>> matmul(a, b, fmt="fp16", c=c, model="sm_90").item()
+1.0000001192092896
+
+and every matrix-instruction model of :mod:`fpemu.tensorcore.instructions` (NVIDIA ``mma``,
+``wgmma``, ``tcgen05`` and block-scaled forms, AMD CDNA ``mfma``; MMA-Sim's inventory):
+
+>>> matmul(a, b, fmt="fp16", c=c, model="cdna3.mfma.f16.f32", k=4).item()
 1.0000001192092896
 """
 
@@ -35,20 +41,30 @@ from fpemu.tensorcore.arch import (
 )
 from fpemu.tensorcore.block import BlockSpec, ResultFormat, block_dot_add, chain_blocks
 from fpemu.tensorcore.compare import Comparison, compare
+from fpemu.tensorcore.instructions import INSTRUCTIONS, Instruction, get_instruction
+from fpemu.tensorcore.mma import dpa, mma, register_instructions
+from fpemu.tensorcore.specials import encode
 
 __all__ = [
     "ARCHS",
     "ARCH_ALIASES",
+    "INSTRUCTIONS",
     "Arch",
     "BlockSpec",
     "Comparison",
+    "Instruction",
     "ResultFormat",
     "block_dot_add",
     "chain_blocks",
     "compare",
+    "dpa",
+    "encode",
     "get_arch",
+    "get_instruction",
     "make_model",
+    "mma",
     "register_all",
+    "register_instructions",
     "tensor_core_matmul",
 ]
 
@@ -70,3 +86,5 @@ def register_all(register: Callable[..., Any]) -> None:
 
 
 register_all(lambda name, fn, **kw: register_model(name, fn, replace=True, **kw))
+# Every matrix-instruction model (fpemu.tensorcore.instructions), e.g. model="sm90.wgmma.fp8.f16".
+register_instructions(lambda name, fn, **kw: register_model(name, fn, replace=True, **kw))

@@ -114,7 +114,8 @@ class Arch:
         if family == "fp8" and not self.runs_via_fp16(fmt, acc):
             assert self.fp8_acc is not None
             result = FP16_RNE if fp16_acc else self.fp8_acc
-            return BlockSpec(n=n, frac_bits=self.fp8_frac_bits, result=result)
+            return BlockSpec(n=n, frac_bits=self.fp8_frac_bits, result=result,
+                             zero_floor=self.zero_floor(result))  # fmt: skip
         if family == "fp8":  # the FP16 block of this architecture (via_fp16)
             n = self.blocks["fp16"]
         elif fp16_acc and family != "fp16":
@@ -122,6 +123,18 @@ class Arch:
         return BlockSpec(
             n=n, frac_bits=23 + self.extra_bits, result=FP16_RNE if fp16_acc else FP32_TRUNC
         )
+
+    def zero_floor(self, result: ResultFormat) -> int:
+        """The ``zeros="floor"`` clamp of this architecture for ``result`` (MMA-Sim's e_zero).
+
+        ``result.emin - extra_bits - 5`` on every path, the F = 13 FP8 paths included
+        (mma-parity.md section 1.2: -131/-132/-133 for FP32-range results, -19/-20/-21 for
+        FP16 results on Volta / Turing to Ada / Hopper and later).
+
+        >>> [ARCHS[x].zero_floor(E8M13_TRUNC) for x in ("ada", "h100")]
+        [-132, -133]
+        """
+        return result.fmt.emin - self.extra_bits - 5
 
     def runs_via_fp16(self, fmt: Format, acc: Format) -> bool:
         """Whether ``fmt`` inputs with ``acc`` accumulation run on the FP16 datapath.
@@ -220,14 +233,18 @@ def tensor_core_matmul(
             round-to-nearest-even conversion (the ``cvt`` a kernel epilogue does).
         **options: explicit choices where the sources leave the hardware open:
 
-            - ``zeros``: ``"mmasim"`` (default; a zero operand has label -126 and stays in
-              the exponent maximum, spec 2.3 "default") or ``"drop"`` (Khattak & Mikaitis:
-              zero terms are left out and the maximum is clamped at ``zero_floor``). They
-              differ only for bf16/tf32 with results near FP32's underflow (spec 8.1).
+            - ``zeros``: ``"floor"`` (default: zero products and a zero C are left out of
+              the exponent maximum, which is clamped below at ``zero_floor``; MMA-Sim
+              2.1.1's ``e_zero`` and Khattak & Mikaitis' floors agree on it) or ``"emin"``
+              (a zero operand has label -126 and its products stay in the maximum: an
+              older MMA-Sim snapshot). They differ only for bf16/tf32 with results near
+              FP32's underflow and for a zero times a huge bf16 value (mma-parity.md
+              section 6); docs/mma-inventory.md says why ``"floor"`` is the default.
+              ``"drop"`` is the old name of ``"floor"``.
             - ``tiny_sign``: ``"positive"`` (default, MMA-Sim: a nonzero sum that truncates
               to zero gives +0) or ``"keep"`` (Khattak's MATLAB: it keeps its sign), spec 8.2.
             - ``block_size``, ``frac_bits``: override ``n`` and ``F`` (for experiments).
-            - ``zero_floor``: the ``zeros="drop"`` clamp (default derived, see BlockSpec).
+            - ``zero_floor``: the ``zeros="floor"`` clamp (default: :meth:`Arch.zero_floor`).
 
     Returns:
         (..., M, N) float64 values exact in ``out``.

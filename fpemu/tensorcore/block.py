@@ -4,7 +4,8 @@ A tensor core adds ``n`` exact products and an accumulator ``c`` in one multi-op
 (research note ``tensorcore.md`` sections 2.1-2.6):
 
 1. every operand gets an exponent *label*: its exponent, or the format's ``emin`` for a
-   subnormal; zeros get ``MMASIM_ZERO_LABEL`` (or leave the maximum, ``zeros="drop"``);
+   subnormal; zero terms leave the maximum, which is clamped below at the block's zero floor
+   (``zeros="floor"``, the default), or a zero operand gets ``FP32_EMIN_LABEL`` (``"emin"``);
 2. products are exact; a product's label is the sum of its operands' labels, NOT renormalised;
 3. every term is aligned to the largest label ``Emax`` keeping ``F = frac_bits`` fractional
    bits: ``trunc(term * 2**(F - Emax))``, i.e. bits below ``2**(Emax - F)`` are cut per term
@@ -46,17 +47,26 @@ from fpemu.rounding import round as fround
 F64 = NDArray[np.float64]
 Labels = NDArray[np.int16]
 
-#: How zero terms take part in the choice of the common exponent (spec section 8.1).
-ZeroRule = Literal["mmasim", "drop"]
-ZERO_RULES: tuple[str, ...] = ("mmasim", "drop")
+#: How zero terms take part in the choice of the common exponent (spec section 8.1;
+#: mma-parity.md section 5.3 and 6). ``"floor"``: a zero product or zero ``c`` is left out of the
+#: maximum, which is clamped below at the block's zero floor (MMA-Sim 2.1.1's ``e_zero``, the
+#: values Khattak & Mikaitis publish). ``"emin"``: a zero operand has label -126 and its
+#: products take part (an older MMA-Sim snapshot). ``"drop"`` is the old name of ``"floor"``.
+ZeroRule = Literal["floor", "emin", "drop"]
+ZERO_RULES: tuple[str, ...] = ("floor", "emin", "drop")
+#: Names no longer accepted, with the message that says what to use instead.
+_RENAMED = {
+    "mmasim": "zeros='mmasim' was renamed zeros='emin' (a zero operand has label -126); "
+    "MMA-Sim 2.1.1's rule is zeros='floor' (the default)"
+}
 
 #: Sign of a nonzero block sum that rounds to zero (spec section 8.2).
 TinySign = Literal["positive", "keep"]
 TINY_SIGNS: tuple[str, ...] = ("positive", "keep")
 
-#: Label MMA-Sim gives every zero operand, whatever its format (spec section 2.3).
-MMASIM_ZERO_LABEL = -126
-#: Label of a zero under ``zeros="drop"``: two of them still fit int16, far below any floor.
+#: Label of a zero operand under ``zeros="emin"``, whatever its format (spec section 2.3).
+FP32_EMIN_LABEL = -126
+#: Label of a zero under ``zeros="floor"``: two of them still fit int16, far below any floor.
 _ABSENT = -16000
 #: Output elements per row tile: a float64 tile and its temporaries stay in L2.
 TILE = 32768
@@ -94,12 +104,14 @@ class BlockSpec:
         frac_bits: fractional bits ``F`` kept after alignment to the largest label
             (23 + the architecture's extra alignment bits).
         result: format and rounding of the block result.
-        zeros: ``"mmasim"`` (default, spec 2.3): a zero operand has label -126 and zero terms
-            stay in the maximum; ``"drop"`` (Khattak & Mikaitis): zero products and a zero ``c``
-            are left out and the maximum is clamped below at ``zero_floor``.
-        zero_floor: lower clamp of the maximum label under ``zeros="drop"``; None derives the
-            published values ``result.emin - (frac_bits - 23) - 5`` (-132 A100 / -133 H100 for
-            FP32, -19/-20/-21 V100/A100/H100 for FP16 results).
+        zeros: ``"floor"`` (default): zero products and a zero ``c`` are left out and the
+            maximum is clamped below at ``zero_floor`` (MMA-Sim 2.1.1, Khattak & Mikaitis);
+            ``"emin"``: a zero operand has label -126 and zero terms stay in the maximum
+            (spec 2.3, an older MMA-Sim). ``"drop"`` is accepted for ``"floor"``.
+        zero_floor: lower clamp of the maximum label under ``zeros="floor"``; None derives
+            ``result.emin - (frac_bits - 23) - 5`` (-131/-132/-133 V100/A100/H100 for FP32,
+            -19/-20/-21 for FP16 results), right for F >= 23 only: the F = 13 FP8 paths pass
+            the architecture's value (:meth:`fpemu.tensorcore.arch.Arch.zero_floor`).
         tiny_sign: sign of a nonzero sum that rounds to zero: ``"positive"`` (+0, MMA-Sim,
             default) or ``"keep"`` (its own sign, Khattak's MATLAB model).
     """
@@ -107,7 +119,7 @@ class BlockSpec:
     n: int
     frac_bits: int
     result: ResultFormat
-    zeros: ZeroRule = "mmasim"
+    zeros: ZeroRule = "floor"
     zero_floor: int | None = None
     tiny_sign: TinySign = "positive"
 
@@ -120,6 +132,8 @@ class BlockSpec:
                 f"frac_bits={self.frac_bits} is out of range for n={self.n}; expected "
                 f"0 <= frac_bits <= {51 - self.n.bit_length()}"
             )
+        if self.zeros in _RENAMED:
+            raise ValueError(_RENAMED[self.zeros])
         if self.zeros not in ZERO_RULES:
             raise ValueError(f"zeros={self.zeros!r} is not one of {ZERO_RULES}")
         if self.tiny_sign not in TINY_SIGNS:
@@ -127,7 +141,7 @@ class BlockSpec:
 
     @property
     def floor(self) -> int:
-        """The ``zeros="drop"`` lower clamp of the common exponent."""
+        """The ``zeros="floor"`` lower clamp of the common exponent."""
         if self.zero_floor is not None:
             return self.zero_floor
         return self.result.fmt.emin - (self.frac_bits - 23) - 5
@@ -137,7 +151,7 @@ def labels(x: F64, fmt: Format, *, zeros: ZeroRule, check: bool = True, arg: str
     """Exponent labels of finite values exact in ``fmt`` (non-finite entries count as zeros).
 
     A label is the exponent of a normal number, ``fmt.emin`` for a subnormal, and for a zero
-    ``MMASIM_ZERO_LABEL`` (``zeros="mmasim"``) or a label below every floor (``"drop"``).
+    ``FP32_EMIN_LABEL`` (``zeros="emin"``) or a label below every floor (``"floor"``).
 
     Args:
         x: values exactly representable in ``fmt``.
@@ -147,24 +161,33 @@ def labels(x: F64, fmt: Format, *, zeros: ZeroRule, check: bool = True, arg: str
         arg: name of ``x`` in error messages.
 
     Raises:
-        ValueError: ``check`` and a value needs more precision than ``fmt`` has.
+        ValueError: ``check`` and a finite value is not in ``fmt`` (too many bits, or out of
+            its range).
 
-    >>> labels(np.array([1.5, -2.0**-24, 0.0]), get_format("fp16"), zeros="mmasim").tolist()
+    >>> labels(np.array([1.5, -2.0**-24, 0.0]), get_format("fp16"), zeros="emin").tolist()
     [0, -14, -126]
     """
     np_ = xp(x)
-    ax = np_.abs(x)
-    ax[~np_.isfinite(ax)] = 0.0
-    _, e = np_.frexp(ax)
-    lab = np_.maximum(e - 1, fmt.emin)
+    x = np_.asarray(x, dtype=np_.float64)
+    # The float64 exponent field: labels without frexp (about 3x faster, the hot spot of the
+    # instruction models); zeros and non-finite entries get the zero label.
+    e = (x.view(np.uint64) >> np.uint64(52)).astype(np.int16)
+    e &= 0x7FF
+    lab = e - np.int16(1023)
+    np_.maximum(lab, np.int16(fmt.emin), out=lab)
+    lab[(x == 0) | (e == 0x7FF)] = FP32_EMIN_LABEL if zeros == "emin" else _ABSENT
     if check:
-        sig = np_.ldexp(ax, fmt.mbits - lab)
-        if not bool((sig == np_.trunc(sig)).all()):
+        with np.errstate(over="ignore", invalid="ignore"):
+            if fmt.signed:
+                bad = np_.asarray(fround(x, fmt)) != x  # out of range or too many bits
+            else:  # scale formats (ue8m0, ue4m3), which fpemu.round refuses
+                sig = np_.ldexp(x, (fmt.mbits - lab).astype(np.int32))
+                bad = (sig != np_.trunc(sig)) | (x < 0) | (x > fmt.max)
+        if bool(bad.any()) and bool((bad & np_.isfinite(x)).any()):
             raise ValueError(
                 f"{arg} holds values that are not exact in {fmt.name}; round them first"
             )
-    lab[ax == 0] = MMASIM_ZERO_LABEL if zeros == "mmasim" else _ABSENT
-    out: Labels = lab.astype(np_.int16)
+    out: Labels = lab
     return out
 
 
@@ -190,7 +213,14 @@ def round_block(value: F64, result: ResultFormat, *, tiny_sign: TinySign = "posi
 
 
 def block_dot_add(
-    a: F64, b: F64, c: F64, *, spec: BlockSpec, fmt: Format, c_fmt: Format | None = None
+    a: F64,
+    b: F64,
+    c: F64,
+    *,
+    spec: BlockSpec,
+    fmt: Format,
+    c_fmt: Format | None = None,
+    b_fmt: Format | None = None,
 ) -> F64:
     """One fused block dot-add ``d = round(sum_k a[..., :, k] * b[..., k, :] + c)``.
 
@@ -199,8 +229,9 @@ def block_dot_add(
         b: (..., k, N) values exact in ``fmt``.
         c: (..., M, N) accumulator values, exact in ``c_fmt``.
         spec: block parameters.
-        fmt: the input format.
+        fmt: the input format (of ``a``, and of ``b`` unless ``b_fmt`` is given).
         c_fmt: the format of ``c`` (default: see :func:`chain_blocks`).
+        b_fmt: the format of ``b`` when it differs (mixed e4m3 x e5m2, FP6/FP4 inputs).
 
     Returns:
         (..., M, N) float64 block results, exact in ``spec.result.fmt``.
@@ -216,11 +247,18 @@ def block_dot_add(
     """
     if a.shape[-1] > spec.n:
         raise ValueError(f"a block has {a.shape[-1]} products; spec.n={spec.n}")
-    return chain_blocks(a, b, c, spec=spec, fmt=fmt, c_fmt=c_fmt)
+    return chain_blocks(a, b, c, spec=spec, fmt=fmt, c_fmt=c_fmt, b_fmt=b_fmt)
 
 
 def chain_blocks(
-    a: F64, b: F64, c: F64, *, spec: BlockSpec, fmt: Format, c_fmt: Format | None = None
+    a: F64,
+    b: F64,
+    c: F64,
+    *,
+    spec: BlockSpec,
+    fmt: Format,
+    c_fmt: Format | None = None,
+    b_fmt: Format | None = None,
 ) -> F64:
     """Fused blocks of ``spec.n`` consecutive k, chained along K in increasing k (spec 2.6).
 
@@ -232,9 +270,11 @@ def chain_blocks(
         b: (..., K, N) values exact in ``fmt``; batch dimensions broadcast.
         c: (..., M, N) accumulator input (broadcast to the result shape).
         spec: block parameters.
-        fmt: the input format.
+        fmt: the input format (of ``a``, and of ``b`` unless ``b_fmt`` is given).
         c_fmt: the format ``c`` is exact in; default FP32 for FP32-range accumulators (FP32,
             e8m13) and the accumulator format itself otherwise (FP16).
+        b_fmt: the format of ``b`` when it differs from ``fmt`` (subnormal labels are per
+            operand format: mma-parity.md section 1.1).
 
     Returns:
         (..., M, N) float64 results, exact in ``spec.result.fmt``.
@@ -248,7 +288,8 @@ def chain_blocks(
     batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
     shape = (*batch, a.shape[-2], b.shape[-1])
     la = labels(a, fmt, zeros=spec.zeros, arg="a")
-    lb = labels(b, fmt, zeros=spec.zeros, arg="b")
+    b_fmt = fmt if b_fmt is None else b_fmt
+    lb = labels(b, b_fmt, zeros=spec.zeros, arg="b")
     labels(c, c_fmt, zeros=spec.zeros, arg="c")  # validates c
     M, K, N = shape[-2], a.shape[-1], shape[-1]
 
@@ -258,8 +299,9 @@ def chain_blocks(
     aT, laT = flat(a, M, K).swapaxes(1, 2).copy(), flat(la, M, K).swapaxes(1, 2).copy()
     b3, lb3, c3 = flat(b, K, N), flat(lb, K, N), flat(c, M, N)
     out = np_.empty(c3.shape)
-    narrow = fmt.ebits <= 5 and spec.n << (spec.frac_bits + 2) <= 2**31
-    pw = _label_powers(flat(la, M, K), lb3, fmt, spec, c_fmt)
+    ebits = max(fmt.ebits, b_fmt.ebits)
+    narrow = ebits <= 5 and spec.n << (spec.frac_bits + 2) <= 2**31
+    pw = _label_powers(flat(la, M, K), lb3, ebits, spec, c_fmt)
     # Tiles of (batch elements, rows) small enough for the cache, one k at a time inside.
     rows = max(1, min(M, TILE // max(N, 1)))
     per = max(1, TILE // max(M * N, 1)) if rows == M else 1
@@ -281,7 +323,7 @@ def chain_blocks(
 _W = 8
 
 
-def _label_powers(la: Labels, lb: Labels, fmt: Format, spec: BlockSpec, c_fmt: Format) -> Any:
+def _label_powers(la: Labels, lb: Labels, ebits: int, spec: BlockSpec, c_fmt: Format) -> Any:
     """``(2**(W*la + 1), 2**(W*lb))`` as float64 (``la`` (B, M, K), ``lb`` (B, K, N)), or None.
 
     For every (m, n) the matrix product of one block's slices is
@@ -290,12 +332,14 @@ def _label_powers(la: Labels, lb: Labels, fmt: Format, spec: BlockSpec, c_fmt: F
     2**(W*(L + 1) + 1)`` for the largest product label ``L``, whose value is then
     ``(biased exponent of S >> log2(W)) - 1024 / W``: one BLAS call replaces a maximum over
     k. Used when every relevant ``2**(W*L + 1)`` is a normal float64: inputs with at most 5
-    exponent bits (labels in [-126, 15] with MMA-Sim's zero label) and ``zeros="mmasim"``;
-    a product label below -127 gives a subnormal or zero term and may read as -128, which
-    changes nothing because it is below every ``c`` label (>= -126 with this zero rule).
+    exponent bits (nonzero labels in [-56, 31]; a zero has label -126 under ``zeros="emin"``
+    or a label so low that its weight is 0 under ``"floor"``). A product label below -127
+    gives a subnormal or zero term and may read as -128 (so does an all-zero block), which
+    changes nothing because it is below every nonzero ``c`` label (>= -126) and every block
+    whose terms are all zero sums to zero.
     """
     np_ = xp(la)
-    if not (fmt.ebits <= 5 and spec.zeros == "mmasim" and spec.n < 2**_W and c_fmt.emin >= -126):
+    if not (ebits <= 5 and spec.n < 2**_W and c_fmt.emin >= -126):
         return None
     pa = np_.ldexp(1.0, la.astype(np.int32) * _W + 1)
     pb = np_.ldexp(1.0, lb.astype(np.int32) * _W)
@@ -375,7 +419,7 @@ def _block(
         for k in range(aT.shape[1]):
             np_.add(laT[:, k, :, None], lb[:, k, None, :], out=lab)
             np_.maximum(emax, lab, out=emax)
-    if spec.zeros == "drop":
+    if spec.zeros != "emin":
         np_.maximum(emax, spec.floor, out=emax)
     # scale = 2**(F - Emax): every term times scale, truncated, is its aligned integer.
     shift = spec.frac_bits - emax.astype(np.int32)

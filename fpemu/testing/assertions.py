@@ -22,6 +22,7 @@ from fpemu.backend import to_numpy
 from fpemu.bits import encode
 from fpemu.describe import describe_code
 from fpemu.formats import FORMATS, Format, FormatLike, get_format
+from fpemu.inputs import as_array, as_float_array
 from fpemu.rounding import round as fround
 from fpemu.storage import format_of
 
@@ -31,10 +32,8 @@ MAX_REPORTED = 5
 
 # ----- values -> ordered codes ----------------------------------------------------------------
 def _as_float64(x: Any, arg: str) -> np.ndarray:
-    try:
-        return np.asarray(to_numpy(x), dtype=np.float64)
-    except (TypeError, ValueError) as err:
-        raise TypeError(f"{arg} must be an array of real numbers; got {x!r}") from err
+    """``x`` as exact float64 values on the host (inputs as :mod:`fpemu.inputs` accepts them)."""
+    return np.asarray(to_numpy(as_float_array(x, arg=arg)))
 
 
 def _representable(a: np.ndarray, f: Format) -> np.ndarray:
@@ -157,9 +156,9 @@ class _Compared:
 def _common_format(actual: Any, desired: Any) -> Format:
     """The narrowest known format holding both arrays' dtypes (float64 for lists and others)."""
     found = []
-    for x in (actual, desired):
+    for arg, x in (("actual", actual), ("desired", desired)):
         try:
-            found.append(format_of(np.asarray(to_numpy(x)).dtype))
+            found.append(format_of(as_array(x, arg=arg).dtype))
         except (ValueError, TypeError):
             return FORMATS["float64"]
     a, b = found

@@ -2,7 +2,8 @@
 
 Each loader returns a :class:`Dataset` with float32 features, int64 labels and a fixed
 train/test split. ``spirals`` and ``moons`` are generated here from a seed; ``digits`` is the
-8x8 handwritten-digit set that ships inside scikit-learn (the optional ``[data]`` extra).
+8x8 handwritten-digit set that ships inside scikit-learn (the optional ``[data]`` extra): without
+it, :func:`unavailable` says which extra to install and ``digits()`` raises ModuleNotFoundError.
 
 >>> d = spirals(n=60, classes=3, seed=0)
 >>> d.x_train.shape, d.x_train.dtype.name, d.classes
@@ -11,6 +12,7 @@ train/test split. ``spirals`` and ``moons`` are generated here from a seed; ``di
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -90,15 +92,14 @@ def digits(*, seed: int = 0, test_fraction: float = 0.2) -> Dataset:
     """scikit-learn's bundled 8x8 digits (1797 images, 10 classes), pixels scaled to [0, 1].
 
     Raises:
-        ImportError: scikit-learn is not installed (``pip install fpemu[data]``).
+        ModuleNotFoundError: scikit-learn is not installed (``pip install 'fpemu[data]'``);
+            :func:`unavailable` says so without raising.
     """
-    try:
-        from sklearn.datasets import load_digits  # noqa: PLC0415 - optional dependency
-    except ImportError as e:  # pragma: no cover - depends on the environment
-        raise ImportError(
-            "the digits data set needs scikit-learn: pip install 'fpemu[data]' "
-            "(or pip install scikit-learn)"
-        ) from e
+    why = unavailable("digits")
+    if why is not None:
+        raise ModuleNotFoundError(why, name="sklearn")
+    from sklearn.datasets import load_digits  # noqa: PLC0415 - optional dependency
+
     d = load_digits()
     return _split("digits", np.asarray(d.data) / 16.0, np.asarray(d.target), 10, seed,
                   test_fraction)  # fmt: skip
@@ -106,6 +107,25 @@ def digits(*, seed: int = 0, test_fraction: float = 0.2) -> Dataset:
 
 #: Loaders by name.
 DATASETS: dict[str, Callable[..., Dataset]] = {"spirals": spirals, "moons": moons, "digits": digits}
+
+#: Data sets that need an optional package: name -> (module, pip extra, package on PyPI).
+NEEDS: dict[str, tuple[str, str, str]] = {"digits": ("sklearn", "data", "scikit-learn")}
+
+
+def unavailable(name: str) -> str | None:
+    """Why data set ``name`` cannot be loaded here (a missing extra), or None when it can.
+
+    >>> unavailable("spirals") is None
+    True
+    """
+    if name not in NEEDS:
+        return None
+    module, extra, package = NEEDS[name]
+    try:
+        importlib.import_module(module)
+    except ImportError:  # not installed, or hidden (sys.modules[module] = None)
+        return f"the {name} data set needs {package}: pip install 'fpemu[{extra}]'"
+    return None
 
 
 def get_dataset(name: str | Dataset, *, seed: int = 0) -> Dataset:

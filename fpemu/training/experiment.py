@@ -17,10 +17,12 @@ Three configurations, five runs each, fixed seeds (:func:`run_experiment`):
 
 Runs: FP32; PyTorch-CUDA-style FP16 autocast without scaling; the same with torch's dynamic
 ``GradScaler``; BF16 autocast without scaling; pure FP16 (``.half()`` model, no master weights,
-no scaling). The table reports test accuracy, skipped steps and the fraction of parameter
-gradient values that were zero in the gradient format (averaged over steps and layers); the FP32
-row is the baseline of genuine zeros (dead ReLUs), the excess over it is gradient flushed by
-underflow.
+no scaling); and FP16 autocast with the two loss-scaling mistakes people write: the tutorial
+scaler (doubles every clean step, halves on overflow, steps first and checks afterwards; also
+with skipping added) and a ``GradScaler`` built anew in every step (its scale never adapts).
+The table reports test accuracy, skipped steps and the fraction of parameter gradient values
+that were zero in the gradient format (averaged over steps and layers); the FP32 row is the
+baseline of genuine zeros (dead ReLUs), the excess over it is gradient flushed by underflow.
 
 >>> rows = run_experiment(configs=("digits",), runs=("FP32",), steps=2, progress=False).rows
 >>> rows[0].config, rows[0].run, rows[0].skipped
@@ -43,6 +45,10 @@ RUNS: dict[str, tuple[str, str | None]] = {
     "FP16 + dynamic scaling": ("torch_cuda_fp16", "torch"),
     "BF16, no scaling": ("torch_cuda_bf16", None),
     "pure FP16, no master weights": ("naive_fp16", None),
+    # the classic loss-scaling mistakes (fpemu.amp.scaling.mistakes), beside GradScaler above
+    "FP16 + tutorial scaler (step, then check)": ("torch_cuda_fp16", "tutorial"),
+    "FP16 + tutorial scaler with skipping": ("torch_cuda_fp16", "tutorial_skip"),
+    "FP16 + GradScaler built every step": ("torch_cuda_fp16", "fresh_gradscaler"),
 }
 
 #: configuration name -> keyword arguments of :func:`fpemu.training.train`
@@ -184,6 +190,14 @@ NOTES = """## Notes
 - Pure FP16 with SGD survives the `underflow` configuration here although most of its
   gradient values are flushed: what is left is enough for this small problem. Its failure
   shows with Adam, and in the unit tests where updates below half an FP16 ulp vanish.
+- The tutorial scaler (`tutorial`) doubles its scale after every clean step and checks for
+  overflow only after `optimizer.step()`: its first overflow writes inf/NaN into the weights
+  (accuracy 0%). With skipping added (`tutorial_skip`) the weights survive, but the scale
+  climbs back to the overflow point after every halving, so about every other step is skipped.
+  A `GradScaler` built anew every step (`fresh_gradscaler`) scales by 2**16 forever: identical
+  to GradScaler here, where 2**16 fits these gradients and 300 steps are fewer than its growth
+  interval of 2000, but it skips every step of a model whose gradients overflow at 2**16
+  (docs/loss-scaling.md).
 - The `fast` accumulation model is NumPy's float32 BLAS matmul (order unspecified), so the last
   digits can change with the BLAS build or memory layout; `--acc-model sequential` (an exact FMA
   chain per output, bit-reproducible) is several times slower.

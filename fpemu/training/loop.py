@@ -381,7 +381,8 @@ def train(
 
 
 class _Progress:
-    """A rich progress bar that can be switched off (and is off when rich is missing)."""
+    """A rich progress bar on stderr, only when stderr is a terminal (never into a pipe or file:
+    rich's live display writes blank lines there), and off when ``enabled`` is False."""
 
     def __init__(self, total: int, label: str, *, enabled: bool) -> None:
         self.total, self.label = total, label
@@ -389,10 +390,13 @@ class _Progress:
         self.task: Any = None
         if enabled:
             try:
-                from rich.progress import Progress  # noqa: PLC0415 - optional at run time
+                from rich.console import Console  # noqa: PLC0415 - optional at run time
+                from rich.progress import Progress  # noqa: PLC0415
             except ImportError:  # pragma: no cover
                 return
-            self.bar = Progress(transient=True)
+            console = Console(stderr=True)
+            if console.is_terminal:
+                self.bar = Progress(console=console, transient=True)
 
     def __enter__(self) -> _Progress:
         if self.bar is not None:

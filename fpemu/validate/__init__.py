@@ -6,6 +6,10 @@ them, so this package imports without them.
 
 * :func:`validate_torch` runs every check and returns a :class:`Report` (rich table, JSON,
   markdown); the command line is ``fpemu validate torch``.
+* ``from_torch`` brings your own PyTorch model into fpemu and ``compare_torch`` trains
+  it side by side with torch, comparing every tensor of every step bit for bit
+  (``ModelReport``); the command line is ``fpemu validate model FILE.py:FACTORY``.
+  ``from_keras`` does the conversion for a Keras 3 ``Sequential`` model (forward pass).
 * :class:`ScalerRecorder` and :func:`check_trace` check a loss-scale trace you recorded against
   a framework's rules (torch, Keras 3, tf.keras, Apex, ...).
 
@@ -16,6 +20,10 @@ them, so this package imports without them.
 'agree'
 """
 
+from fpemu.validate.compare import compare_torch
+from fpemu.validate.from_keras import from_keras
+from fpemu.validate.from_torch import from_torch
+from fpemu.validate.model_report import ModelReport, TensorCheck
 from fpemu.validate.recorder import ScalerRecorder, TraceEntry, check_trace
 from fpemu.validate.report import STATUSES, CheckResult, Report
 from fpemu.validate.suite import SECTIONS, environment, validate_torch
@@ -24,10 +32,15 @@ __all__ = [
     "SECTIONS",
     "STATUSES",
     "CheckResult",
+    "ModelReport",
     "Report",
     "ScalerRecorder",
+    "TensorCheck",
     "TraceEntry",
     "check_trace",
+    "compare_torch",
     "environment",
+    "from_keras",
+    "from_torch",
     "validate_torch",
 ]

@@ -70,6 +70,7 @@ def _cases() -> list[OpCase]:
         c("tanh", "tanh(x)", lambda n: n["x"].tanh(), lambda n, p: F.tanh(n["x"], policy=p)),
         c("sigmoid", "sigmoid(x)", lambda n: n["x"].sigmoid(),
           lambda n, p: F.sigmoid(n["x"], policy=p)),
+        c("silu", "silu(x)", lambda n: tf("silu")(n["x"]), lambda n, p: F.silu(n["x"], policy=p)),
         c("softmax", "softmax(x, -1)", lambda n: tf("softmax")(n["x"], dim=-1),
           lambda n, p: F.softmax(n["x"], policy=p)),
         c("log_softmax", "log_softmax(x, -1)", lambda n: tf("log_softmax")(n["x"], dim=-1),

@@ -4,7 +4,7 @@ and in fpemu (the matching preset + :class:`~fpemu.amp.scaling.TorchGradScaler`)
 Per step the loss, the scale and whether the step was skipped are compared. The scale and skip
 sequences must be identical. Losses may drift apart: fpemu's matmul accumulation model is not
 torch's BLAS (the summation order differs, so a low-precision logit can round the other way;
-torch's SGD also updates with a fused multiply-add where fpemu rounds twice), and a one-ulp
+torch's SGD rounds twice where its kernels lack FMA, the DEFAULT CPU build), and a one-ulp
 difference in a weight grows over steps. The largest loss difference is reported in units of
 the low format's ulp at the loss, and the step-0 logits (same weights, same batch: no drift yet)
 are compared to show where the first difference comes from.
@@ -19,7 +19,7 @@ import numpy as np
 
 from fpemu.amp.policy import Policy, get_policy
 from fpemu.bits import ulp
-from fpemu.validate.report import CheckResult
+from fpemu.validate.report import CheckResult, Status
 from fpemu.validate.torch_scaler import ScalerFactory, default_factory
 
 #: (preset, whether a GradScaler is used) for each side-by-side run.
@@ -144,13 +144,19 @@ def check_training(
     runs: tuple[tuple[str, bool], ...] = RUNS,
     *,
     steps: int = 60,
-    max_ulps: float = 8.0,
+    max_ulps: float | None = None,
     make_scaler: ScalerFactory = default_factory,
     seed: int = 0,
 ) -> list[CheckResult]:
-    """One result per run. ``differ`` when the scale or skip sequences differ, or the largest
-    loss difference exceeds ``max_ulps`` ulps of the low format; ``agree`` when every loss is
-    bit-identical; otherwise ``finding`` with the largest difference and its explanation."""
+    """One result per run. ``differ`` when the scale or skip sequences differ (they are exact:
+    the same finite/non-finite gradients give the same decisions); ``agree`` when every loss is
+    bit-identical; otherwise ``finding`` with the largest loss difference and its explanation.
+
+    The losses themselves are reported, not judged by default: once one low-precision logit
+    rounds the other way (matmul accumulation order) the two trainings drift apart, and no bound
+    on that drift follows from the numerics. ``max_ulps`` (ulps of the low format) makes a
+    larger loss difference ``differ`` for a caller who wants a threshold of their own.
+    """
     out = []
     for preset, scaled in runs:
         r = side_by_side(preset, scaled=scaled, steps=steps, make_scaler=make_scaler, seed=seed)
@@ -211,7 +217,7 @@ def check_training(
         )
         res.notes.append(summary)
         if res.status != "differ":
-            if dd["max_loss_diff_ulps"] > max_ulps:
+            if max_ulps is not None and dd["max_loss_diff_ulps"] > max_ulps:
                 res.status = "differ"
                 i = dd["worst_step"]
                 res.witness = {"step": str(i), "torch loss": repr(lt[i]), "fpemu loss": repr(lf[i])}
@@ -222,7 +228,7 @@ def check_training(
     return out
 
 
-def _explain(dd: dict[str, Any], max_ulps: float, low: str) -> str:
+def _explain(dd: dict[str, Any], max_ulps: float | None, low: str) -> str:
     """Why the losses differ, from the measured facts."""
     why = []
     if dd["loss_differs_with_identical_logits"]:
@@ -253,8 +259,8 @@ def _explain(dd: dict[str, Any], max_ulps: float, low: str) -> str:
     if dd["first_weight_diff_step"] is not None:
         why.append("from then on, weights and logits drift further apart")
     reasons = "; ".join(why) if why else "no cause identified"
-    return (f"scale and skipped steps identical; losses differ by less than {max_ulps:g} "
-            f"ulp({low}): {reasons}")  # fmt: skip
+    within = "" if max_ulps is None else f" (within the threshold of {max_ulps:g} ulp({low}))"
+    return f"scale and skipped steps identical; losses differ{within}: {reasons}"
 
 
 def fpemu_sgd_update(w: np.ndarray, g: np.ndarray, lr: float) -> np.ndarray:
@@ -274,8 +280,11 @@ def check_sgd_update(
     """torch's SGD update (``torch.optim.SGD``, momentum 0, CPU) vs fpemu's (``update``,
     default :func:`fpemu_sgd_update`) on the same float32 weights and gradients, bit for bit.
 
-    torch's step is ``param.add_(grad, alpha=-lr)``, which the CPU kernel may compute as one
-    fused multiply-add; the check reports which rounding torch uses and whether fpemu matches.
+    torch's step is ``param.add_(grad, alpha=-lr)``, which the CPU kernel computes as one fused
+    multiply-add in its AVX2/AVX512 builds and with two roundings in its DEFAULT build
+    (``ATEN_CPU_CAPABILITY``). The check reports which rounding torch uses: ``agree`` when fpemu
+    matches it, ``finding`` when torch rounds twice and fpemu equals the fused model bit for bit,
+    ``differ`` otherwise.
     """
     import torch  # noqa: PLC0415 - optional dependency
 
@@ -293,14 +302,26 @@ def check_sgd_update(
     models = {"fused (one rounding)": fused, "two roundings": two}
     torch_model = next((k for k, v in models.items() if np.array_equal(v, theirs)), "neither")
     bad = theirs.view(np.uint32) != ours.view(np.uint32)
+    ours_fused = bool(np.array_equal(ours.view(np.uint32), fused.view(np.uint32)))
+    # torch's add_ kernel is Vectorized fmadd: one FMA instruction where ATen's kernels are built
+    # for AVX2/AVX512 (ATEN_CPU_CAPABILITY), a*b+c with two roundings in the DEFAULT build.
+    # fpemu models the fused kernel; a two-rounding torch is a known, bit-exactly explained
+    # difference (a finding), not a defect, when fpemu equals the fused model bit for bit.
+    explained = bool(bad.any()) and torch_model == "two roundings" and ours_fused
+    status: Status = "finding" if explained else ("differ" if bad.any() else "agree")
+    capability = _cpu_capability()
     res = CheckResult(
         "training",
         "SGD update w - lr*g (float32, CPU)",
-        "differ" if bad.any() else "agree",
+        status,
         compared=n,
-        data={"torch_rounding": torch_model, "mismatches": int(bad.sum())},
+        data={
+            "torch_rounding": torch_model,
+            "mismatches": int(bad.sum()),
+            "torch_cpu_capability": capability,
+        },
     )
-    res.notes.append(f"torch's update rounds: {torch_model}")
+    res.notes.append(f"torch's update rounds: {torch_model} (CPU capability {capability})")
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
         res.witness = {"w": f"0x{int(w[i:i+1].view(np.uint32)[0]):08x}",
@@ -308,4 +329,20 @@ def check_sgd_update(
                        "torch": f"0x{int(theirs[i:i+1].view(np.uint32)[0]):08x}",
                        "fpemu": f"0x{int(ours[i:i+1].view(np.uint32)[0]):08x}"}  # fmt: skip
         res.notes.append(f"{int(bad.sum())} of {n} updates differ by one float32 rounding")
+    if explained:
+        res.notes.append(
+            "fpemu's SGD models torch's fused multiply-add kernel (AVX2/AVX512 builds); this "
+            "torch runs the kernel without FMA, and every torch result equals the two-rounding "
+            "model bit for bit while every fpemu result equals the fused one"
+        )
     return res
+
+
+def _cpu_capability() -> str:
+    """torch's ATen CPU kernel build in use (DEFAULT, AVX2, AVX512, ...)."""
+    import torch  # noqa: PLC0415 - optional dependency
+
+    try:
+        return str(torch.backends.cpu.get_cpu_capability())
+    except AttributeError:  # pragma: no cover - torch before 2.1
+        return "unknown"

@@ -1,4 +1,4 @@
-"""Baseline scalers: a fixed scale, no scaling, and a deliberately wrong "always double" one.
+"""Baseline scalers: a fixed scale, no scaling, and an "always double" strawman.
 
 All three use torch's float32 arithmetic (float32 scale, loss times a 0-d float32 scale,
 float64-reciprocal-rounded-to-float32 unscale) so they differ from the torch scaler only in
@@ -85,7 +85,11 @@ class StaticScaler(_Float32Scaler):
 
 
 class NaiveDoublingScaler(_Float32Scaler):
-    """The counterexample: double the scale after every update, never back off, never skip.
+    """A strawman: double the scale after every update, never back off, never skip.
+
+    Not the mistake people make (that is the tutorial scaler of
+    :mod:`fpemu.amp.scaling.mistakes`, which does halve on overflow); kept as the smallest
+    scaler that has no overflow handling at all.
 
     Why it is wrong: loss scaling only works because an overflow is detected and answered by
     skipping the step and shrinking the scale. This scaler does neither. Once the scale passes

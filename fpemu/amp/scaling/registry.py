@@ -5,7 +5,7 @@
 >>> get_scaler("nope")
 Traceback (most recent call last):
 ...
-ValueError: unknown scaler 'nope'; accepted: apex, hysteresis, keras, naive, none, ...
+ValueError: unknown scaler 'nope'; accepted: apex, fresh_gradscaler, hysteresis, keras, ...
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Any
 from fpemu.amp.scaling.apex import ApexDynamicScaler
 from fpemu.amp.scaling.baselines import NaiveDoublingScaler, NoScaler, StaticScaler
 from fpemu.amp.scaling.keras import KerasLossScaleOptimizer, TfKerasLossScaleOptimizer
+from fpemu.amp.scaling.mistakes import FreshGradScaler, TutorialScaler, TutorialSkippingScaler
 from fpemu.amp.scaling.protocol import LossScaler
 from fpemu.amp.scaling.pytorch import HysteresisScaler, TorchGradScaler
 
@@ -29,6 +30,9 @@ SCALERS: dict[str, type[LossScaler]] = {
         ApexDynamicScaler,
         StaticScaler,
         NaiveDoublingScaler,
+        TutorialScaler,
+        TutorialSkippingScaler,
+        FreshGradScaler,
         NoScaler,
     )
 }
@@ -45,6 +49,8 @@ SCALER_ALIASES: dict[str, str] = {
     "fixed": "static",
     "naive_doubling": "naive",
     "off": "none",
+    "tutorial_skipping": "tutorial_skip",
+    "fresh": "fresh_gradscaler",
 }
 
 

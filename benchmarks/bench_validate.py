@@ -1,0 +1,101 @@
+"""Benchmark: ``compare_torch`` on a 3-layer 256-wide MLP, batch 256, 20 steps, against the same
+20 torch steps alone (the baseline), measured in the same run.
+
+Rows: the baseline (torch CPU autocast bf16 + SGD, 20 steps: forward, cross-entropy, backward,
+step); ``compare_torch`` with the same settings (the torch steps with every activation and
+gradient recorded, the fpemu steps, and the bit-for-bit comparison of every tensor); and the
+same under fp16 autocast with a GradScaler. Ratios are median time / baseline median time;
+the target is <= 5x. On a shared machine pin the threads so the baseline is not distorted:
+``OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/bench_validate.py [--repeats N]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from fpemu.validate import compare_torch
+
+WIDTH, BATCH, STEPS, FEATURES, CLASSES = 256, 256, 20, 256, 10
+
+
+def make() -> tuple[Any, Any, Any]:
+    """The model (3 Linear layers of width 256 with ReLU) and one batch."""
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(
+        torch.nn.Linear(FEATURES, WIDTH), torch.nn.ReLU(), torch.nn.Linear(WIDTH, WIDTH),
+        torch.nn.ReLU(), torch.nn.Linear(WIDTH, CLASSES))  # fmt: skip
+    g = torch.Generator().manual_seed(1)
+    return net, torch.randn(BATCH, FEATURES, generator=g), torch.randint(0, CLASSES, (BATCH,),
+                                                                        generator=g)  # fmt: skip
+
+
+def torch_alone(dtype: Any, scaled: bool) -> Callable[[], None]:
+    """The baseline: the same 20 steps in plain torch."""
+
+    def run() -> None:
+        net, x, y = make()
+        opt = torch.optim.SGD(net.parameters(), lr=0.01, foreach=False)
+        scaler = torch.amp.GradScaler("cpu") if scaled else None
+        for _ in range(STEPS):
+            opt.zero_grad(set_to_none=True)
+            with torch.autocast("cpu", dtype=dtype):
+                loss = torch.nn.functional.cross_entropy(net(x), y)
+            if scaler is not None:
+                scaler.scale(loss).backward()
+                scaler.step(opt)
+                scaler.update()
+            else:
+                loss.backward()
+                opt.step()
+
+    return run
+
+
+def compared(dtype: Any, scaled: bool) -> Callable[[], None]:
+    """compare_torch with the same settings."""
+
+    def run() -> None:
+        net, x, y = make()
+        r = compare_torch(net, x, y, autocast=("cpu", dtype), steps=STEPS, lr=0.01,
+                          grad_scaler={} if scaled else None)  # fmt: skip
+        assert r.ok, r.first_unexplained()
+
+    return run
+
+
+def median_time(fn: Callable[[], None], repeats: int) -> float:
+    """Median wall time of ``repeats`` calls after one warm-up call."""
+    fn()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def main() -> None:
+    """Print the table."""
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--repeats", type=int, default=3)
+    args = ap.parse_args()
+    print(f"torch {torch.__version__}, {torch.backends.cpu.get_cpu_capability()}, "
+          f"{torch.get_num_threads()} threads; MLP {FEATURES}-{WIDTH}-{WIDTH}-{CLASSES}, "
+          f"batch {BATCH}, {STEPS} steps, median of {args.repeats}")  # fmt: skip
+    print(f"{'row':44s} {'seconds':>8s} {'ratio':>6s}")
+    for name, dtype, scaled in (("bf16", torch.bfloat16, False),
+                                ("fp16 + GradScaler", torch.float16, True)):  # fmt: skip
+        base = median_time(torch_alone(dtype, scaled), args.repeats)
+        cmp = median_time(compared(dtype, scaled), args.repeats)
+        print(f"{'torch alone, ' + name + ' (baseline)':44s} {base:8.3f} {1.0:6.2f}")
+        print(f"{'compare_torch, ' + name:44s} {cmp:8.3f} {cmp / base:6.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,136 @@
+"""Why a tensor differs: recompute the op in fpemu from torch's own inputs, and bound what a
+different summation order or math library may change.
+
+Each bound is an error analysis, stated in the function that computes it:
+
+* A float32 accumulation of ``K`` products in any order lies within ``(K-1) u |a|.|b|`` of the
+  exact sum (Higham, *Accuracy and Stability*, eq. 3.5, u = 2**-24); two orders differ by at
+  most twice that, and rounding each to the output format adds at most one ulp of it.
+* A transcendental (erf, tanh, exp) that torch evaluates in float32 opmath within a few ulps
+  and rounds to bfloat16/float16 can differ from fpemu's once-rounded float64 value by at most
+  one ulp of the output format (both sides round values closer than one ulp of it); in float32
+  itself torch's vectorised functions are accurate to ``MATH_ULPS_F32`` ulps.
+* Fused reductions (softmax, log_softmax, layer_norm, the losses) over ``K`` elements of
+  positive terms have a float32 relative error of at most about ``K u`` per side.
+
+>>> import numpy as np
+>>> x = np.float32([[1.0, 2.0]]); w = np.float32([[3.0, 4.0]])
+>>> float(linear_bound(x, w, None, out="float32")[0, 0]) == 2 * 1 * 2.0**-24 * 11
+True
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from fpemu.bits import ulp
+
+U32 = 2.0**-24
+#: torch's vectorised float32 erf/tanh/exp/log (Sleef u10 and ATen's own polynomials) are
+#: within about 1-2 ulps; with the composite formulas of GELU/SiLU around them, 4 ulps per side.
+MATH_ULPS_F32 = 8.0
+#: ops whose result is exact given their inputs (selection, one correctly rounded + or *,
+#: reshapes): a local difference has no numeric excuse.
+EXACT_OPS = frozenset({"relu", "add", "sub", "mul", "identity", "flatten"})
+MATMUL_OPS = frozenset({"linear", "matmul"})
+MATH_OPS = frozenset({"gelu", "gelu_erf", "silu", "tanh", "sigmoid"})
+REDUCTION_OPS = frozenset({"softmax", "log_softmax", "layer_norm", "cross_entropy", "mse"})
+LOW = ("bfloat16", "float16")
+
+
+_MBITS = {"float32": 23, "bfloat16": 7, "float16": 10}
+_TINY = {"float32": 2.0**-126, "bfloat16": 2.0**-126, "float16": 2.0**-14}
+
+
+def _ulp(v: np.ndarray, fmt: str) -> np.ndarray:
+    """ulp of ``fmt`` at ``|v|`` (the spacing of the binade, subnormal spacing below it)."""
+    a = np.abs(np.asarray(v, np.float64))
+    if fmt in _MBITS:  # fast path: 2**(exponent - mbits) from frexp, floored at the subnormals
+        e = np.frexp(np.maximum(a, _TINY[fmt]))[1] - 1
+        with np.errstate(over="ignore"):
+            return np.asarray(np.ldexp(1.0, e - _MBITS[fmt]), np.float64)
+    return np.asarray(ulp(a, fmt), np.float64)
+
+
+def linear_bound(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, *, out: str,
+                 transpose: bool = True) -> np.ndarray:  # fmt: skip
+    """Largest |difference| of two float32 accumulations of ``x @ w.T (+ b)`` before their
+    rounding to ``out``: ``2 (K-1) u (|x| @ |w|.T + |b|)`` elementwise (``K`` terms, the bias
+    one more); ``within`` adds the final rounding. ``transpose=False`` bounds ``x @ w``."""
+    ax, aw = np.abs(np.asarray(x, np.float64)), np.abs(np.asarray(w, np.float64))
+    mag = ax @ (aw.T if transpose else aw)
+    k = ax.shape[-1] + (b is not None)
+    if b is not None:
+        mag = mag + np.abs(np.asarray(b, np.float64))
+    del out  # the rounding to the output format is added by within()
+    return np.asarray(2 * max(k - 1, 1) * U32 * mag, np.float64)
+
+
+def within(t: np.ndarray, f: np.ndarray, bound: np.ndarray, fmt: str) -> tuple[bool, float]:
+    """(every |t - f| <= bound + ulp, the bound in ulps of ``fmt`` at the largest ratio).
+
+    One ulp of ``fmt`` at the larger of the two results is added: two values within ``bound``
+    of each other before their final rounding to ``fmt`` are at most that much further apart.
+    """
+    t64, f64 = np.asarray(t, np.float64), np.asarray(f, np.float64)
+    bound = bound + _ulp(np.maximum(np.abs(t64), np.abs(f64)), fmt)
+    d = np.abs(t64 - f64)
+    ok = bool(np.all((d <= bound) | (np.isnan(t) & np.isnan(f))))
+    u = _ulp(np.maximum(np.abs(np.asarray(t, np.float64)), np.finfo(np.float32).tiny), fmt)
+    return ok, float(np.max(bound / u)) if np.size(bound) else 0.0
+
+
+def math_bound(op: str, x: np.ndarray, g: np.ndarray | None, *, out: str) -> np.ndarray:
+    """Largest |difference| of two float32 evaluations of a transcendental ``op`` (forward, or
+    backward with upstream gradient ``g``), elementwise: ``2 MATH_ULPS_F32 u M + ulp_out``.
+
+    ``M`` bounds the magnitudes of the terms the formula adds, so cancellation is covered:
+    GELU ``0.5 x (1 + erf(x/sqrt2))`` adds terms of size ``|x|``; its derivative
+    ``Phi(x) + x phi(x)`` terms of size ``1 + |x|`` (tanh form: ``1 + |x| (1 + x^2)``);
+    SiLU ``x s`` and ``s (1 + x (1 - s))``: ``|x|`` and ``1 + |x|``; tanh and sigmoid have no
+    cancellation: ``1`` (their outputs and derivatives are at most 1 in size).
+    """
+    ax = np.abs(np.asarray(x, np.float64))
+    if g is None:
+        mag = ax if op in ("gelu", "gelu_erf", "silu") else np.ones_like(ax)
+    else:
+        deriv = {"gelu_erf": 1 + ax, "silu": 1 + ax, "gelu": 1 + ax * (1 + ax * ax)}
+        mag = np.abs(np.asarray(g, np.float64)) * deriv.get(op, np.ones_like(ax))
+    del out  # the rounding to the output format is added by within()
+    return 2 * MATH_ULPS_F32 * U32 * mag
+
+
+def op_bound_ulps(op: str, fmt: str, k: int) -> float | None:
+    """A bound in ulps of ``fmt`` for a local difference of ``op`` (not a matmul), or None
+    when the op is exact. ``k`` is the length of the reduced axis (reductions only)."""
+    if op in EXACT_OPS:
+        return None
+    if fmt in LOW:  # float32 opmath rounded once more to the low format: one ulp either way
+        return 1.0
+    if op in MATH_OPS:
+        return MATH_ULPS_F32
+    if op in REDUCTION_OPS:  # positive sums of k terms: (k-1) u relative, per side, plus exp/log
+        return 2.0 * (k + 4)
+    return None
+
+
+def explain_local(
+    op: str, fmt: str, local_ulps: float, k: int, bound: tuple[bool, float] | None = None
+) -> tuple[str, bool, float | None]:
+    """(cause, explained, bound in ulps) for an op whose local recomputation differs by
+    ``local_ulps``; ``bound`` is a matmul's ``within`` result."""
+    if bound is not None:
+        cause = "math library" if op in MATH_OPS else "reduction order"
+        return cause, bound[0], bound[1]
+    b = op_bound_ulps(op, fmt, k)
+    if b is None:
+        return "unexplained", False, None
+    cause = "math library" if op in MATH_OPS else "reduction order"
+    return cause, local_ulps <= b, b
+
+
+def abs_sum(a: Any, axis: int = 0) -> np.ndarray:
+    """Sum of absolute values along ``axis`` in float64."""
+    return np.asarray(np.abs(np.asarray(a, np.float64)).sum(axis=axis))

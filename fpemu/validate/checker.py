@@ -1,0 +1,366 @@
+"""The checks of one ``compare_torch`` step, in execution order, and their causes.
+
+Every tensor of the step is compared bit for bit (``model_report.compare_arrays``); one that
+differs is explained by recomputing the op in fpemu **from torch's own inputs**: the forward op
+from torch's input activations and parameters, the loss from torch's output, each backward from
+torch's upstream gradient, the optimizer update from torch's parameters, optimizer state and
+gradients. A bit-identical recomputation means the difference was ``propagated``; otherwise the
+op's own numerics are bounded (``fpemu.validate.causes``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from fpemu.amp.policy import Policy, autocast
+from fpemu.nn import functional as fn
+from fpemu.nn.graph import GRAPH_OPS, GraphModule, Param, Ref
+from fpemu.nn.optim import Optimizer
+from fpemu.nn.tensor import Tensor, round_to
+from fpemu.validate import causes
+from fpemu.validate.model_report import ModelReport, TensorCheck, compare_arrays
+from fpemu.validate.torch_run import TorchStep, fmt_of, to_np
+
+#: An update ``w + d`` computed from the same inputs with a few roundings placed differently
+#: (fused or separate multiply-adds, a sqrt within one ulp) differs by a few ulps of ``d``
+#: (u = 2**-24 each) plus the final rounding of ``w + d``: ``k u |d| + ulp(w)``, with ``k``
+#: counting the float32 operations between the inputs and ``d`` (Adam: lerp, mul, addcmul,
+#: sqrt, div, add, mul, div: 8).
+OPTIMIZER_UPDATE_ROUNDINGS = 8.0
+
+
+def loss_value(loss: str, out: Tensor, y: np.ndarray) -> Tensor:
+    if loss == "cross_entropy":
+        return fn.cross_entropy(out, np.asarray(y))
+    return fn.mse(out, np.asarray(y, np.float64))
+
+
+class StepChecker:
+    """The checks of one step, in execution order."""
+
+    def __init__(self, report: ModelReport, step: int, twin: GraphModule, pol: Policy,
+                 t: TorchStep, f: dict[str, Any], before: dict[str, np.ndarray],
+                 shadow: Optimizer, loss: str) -> None:  # fmt: skip
+        self.r, self.s, self.twin, self.pol, self.t, self.f = report, step, twin, pol, t, f
+        self.before, self.shadow, self.loss = before, shadow, loss
+        self.params_differ = any(
+            not np.array_equal(before[n], t.params_before[n]) for n in before)
+        self.upstream = ""  # the first differing tensor of this step so far
+        self._grad_cache: dict[str, dict[Any, Any] | None] = {}
+
+    def add(self, kind: str, name: str, tv: np.ndarray, tfmt: str, fv: np.ndarray, ffmt: str,
+            op: str = "") -> TensorCheck:  # fmt: skip
+        c = TensorCheck(self.s, kind, name, op, tfmt, ffmt, **compare_arrays(tv, fv, tfmt, ffmt))
+        self.r.checks.append(c)
+        return c
+
+    def propagated(self, c: TensorCheck) -> bool:
+        src = self.upstream or ("the parameters (from an earlier step)" if self.params_differ
+                                else "")  # fmt: skip
+        if src:
+            c.cause, c.explained = "propagated", True
+            c.note = f"follows the earlier difference in {src}"
+        return bool(src)
+
+    def mark(self, c: TensorCheck) -> None:
+        if not c.exact and not self.upstream:
+            self.upstream = f"step {c.step} {c.kind} {c.name!r}"
+
+    def run(self) -> None:
+        self.forward()
+        self.loss_check()
+        self.backward()
+        self.param_grads()
+        self.scaler_check()
+        self.params()
+
+    # -- forward -------------------------------------------------------------------------------
+    def forward(self) -> None:
+        for node in self.twin.nodes:
+            if node.op == "input" or node.name == "output":
+                continue
+            ta, fa = self.t.acts[node.name], self.f["acts"][node.name]
+            c = self.add("activation", node.name, to_np(ta), fmt_of(ta), np.asarray(fa.data),
+                         fa.fmt.name, node.op)  # fmt: skip
+            if not c.exact:
+                self.explain_forward(c, node)
+            self.mark(c)
+
+    def _local_args(self, node: Any) -> list[Any]:
+        out = []
+        for a in node.args:
+            if isinstance(a, Ref):
+                v = self.t.acts[a.name]
+                out.append(Tensor(to_np(v), fmt_of(v)))
+            elif isinstance(a, Param):
+                out.append(Tensor(self.t.params_before[a.name], "float32"))
+            else:
+                out.append(a)
+        return out
+
+    def explain_forward(self, c: TensorCheck, node: Any) -> None:
+        if c.torch_format != c.fpemu_format:
+            c.cause, c.explained = "format", False
+            c.note = (f"torch computes {node.op} in {c.torch_format}, the fpemu policy "
+                      f"{self.pol.name!r} in {c.fpemu_format}: the policy entry differs")
+            return
+        args = self._local_args(node)
+        with np.errstate(all="ignore"), autocast(self.pol):
+            local = GRAPH_OPS[node.op](*args, **dict(node.options))
+        tv = to_np(self.t.acts[node.name])
+        lc = compare_arrays(tv, np.asarray(local.data), c.torch_format, local.fmt.name)
+        c.local_ulps = lc["max_ulps"]
+        if lc["identical"] == lc["compared"] and self.propagated(c):
+            return
+        bound = None
+        if node.op in causes.MATMUL_OPS:
+            xs = [np.asarray(a.data) if isinstance(a, Tensor) else a for a in args]
+            bound = causes.within(tv, np.asarray(local.data), causes.linear_bound(
+                xs[0], xs[1], xs[2] if len(xs) > 2 else None, out=c.torch_format,
+                transpose=node.op == "linear"), c.torch_format)  # fmt: skip
+        if node.op in causes.MATH_OPS and c.torch_format not in causes.LOW:
+            xin = np.asarray(args[0].data)
+            bound = causes.within(tv, np.asarray(local.data), causes.math_bound(
+                node.op, xin, None, out=c.torch_format), c.torch_format)  # fmt: skip
+        k = int(tv.shape[-1]) if tv.ndim else 1
+        c.cause, c.explained, c.bound_ulps = causes.explain_local(
+            node.op, c.torch_format, c.local_ulps, k, bound)
+        c.note = (f"{node.op} recomputed by fpemu from torch's inputs differs by "
+                  f"{c.local_ulps:g} ulp (bound {c.bound_ulps})")
+
+    # -- loss ----------------------------------------------------------------------------------
+    def loss_check(self) -> None:
+        tl, fl = self.t.loss, self.f["loss"]
+        c = self.add("loss", self.loss, to_np(tl), fmt_of(tl), np.asarray(fl.data), fl.fmt.name,
+                     self.loss)  # fmt: skip
+        if c.exact:
+            return
+        logits = self.t.acts["output"]
+        with np.errstate(all="ignore"), autocast(self.pol):
+            local = loss_value(self.loss, Tensor(to_np(logits), fmt_of(logits)), self.t.target)
+        lc = compare_arrays(to_np(tl), np.asarray(local.data), c.torch_format, local.fmt.name)
+        c.local_ulps = lc["max_ulps"]
+        if lc["identical"] == lc["compared"] and self.propagated(c):
+            return
+        shape = np.shape(to_np(logits))
+        k = int(np.prod(shape)) if self.loss == "mse" else int(np.sum(shape))
+        c.cause, c.explained, c.bound_ulps = causes.explain_local(
+            self.loss, c.torch_format, c.local_ulps, k)
+        c.note = (f"torch's {self.loss} (log_softmax + nll_loss: its own reduction order and "
+                  f"exp/log) vs fpemu's fused one, on torch's output: {c.local_ulps:g} ulp")
+
+    # -- backward ------------------------------------------------------------------------------
+    def backward(self) -> None:
+        for node in reversed(self.twin.nodes):
+            if node.op == "input" or node.name == "output":
+                continue
+            tg, fa = self.t.act_grads.get(node.name), self.f["acts"][node.name]
+            if tg is None or fa.grad is None:
+                continue
+            c = self.add("backward", node.name, to_np(tg), fmt_of(tg), np.asarray(fa.grad),
+                         fa.grad_fmt.name, node.op)  # fmt: skip
+            if not c.exact:
+                leaf = Tensor(to_np(self.t.acts[node.name]), fmt_of(self.t.acts[node.name]),
+                              requires_grad=True)  # fmt: skip
+                self.explain_backward(c, Ref(node.name), leaf, scaled=True)
+
+    def _consumers(self, ref: Ref | Param) -> list[Any]:
+        return [n for n in self.twin.nodes if ref in n.args and n.op != "input"]
+
+    def _consumer_grads(self, cons: Any) -> dict[Any, Any] | None:
+        """Gradients of every input of node ``cons`` recomputed by fpemu: the op on torch's
+        inputs, backward from torch's gradient of its output (cached per node and step)."""
+        if cons.name in self._grad_cache:
+            return self._grad_cache[cons.name]
+        leaves: dict[Any, Tensor] = {}
+        with np.errstate(all="ignore"):
+            if cons.name == "output":  # the loss consumes the model output
+                ref = cons.args[0]
+                v = self.t.acts[ref.name]
+                leaves[ref] = Tensor(to_np(v), fmt_of(v), requires_grad=True)
+                with autocast(self.pol):
+                    lv = loss_value(self.loss, leaves[ref], self.t.target)
+                s32: Any = np.float32(self.t.scale)  # a float32 tensor in torch's scale()
+                (fn.mul(lv, s32) if self.t.scale != 1 else lv).backward()
+            else:
+                g = self.t.act_grads.get(cons.name)
+                if g is None:
+                    self._grad_cache[cons.name] = None
+                    return None
+                args = []
+                for a, v in zip(cons.args, self._local_args(cons), strict=True):
+                    if isinstance(a, (Ref, Param)) and isinstance(v, Tensor):
+                        if a not in leaves:
+                            leaves[a] = Tensor(v.data, v.fmt, requires_grad=True)
+                            if isinstance(a, Param):
+                                leaves[a].grad_fmt = self.pol.grad_format
+                        v = leaves[a]
+                    args.append(v)
+                with autocast(self.pol):
+                    out = GRAPH_OPS[cons.op](*args, **dict(cons.options))
+                out.backward(to_np(g).astype(out.data.dtype))
+        grads = {a: t.grad for a, t in leaves.items()}
+        self._grad_cache[cons.name] = grads
+        return grads
+
+    def _local_grad(self, ref: Ref | Param, leaf: Tensor) -> tuple[Any, str] | None:
+        """``ref``'s gradient recomputed by fpemu from torch's inputs and upstream gradients,
+        summed over its consumers in ``leaf``'s gradient format; returns (grad, the ops)."""
+        ops, total = [], None
+        for cons in self._consumers(ref):
+            grads = self._consumer_grads(cons)
+            if grads is None:
+                return None
+            g = grads.get(ref)
+            if g is not None:
+                total = g if total is None else round_to(total + g, leaf.grad_fmt)
+            ops.append(self.loss if cons.name == "output" else cons.op)
+        if total is None or not ops:
+            return None
+        return total, "+".join(ops)
+
+    def explain_backward(self, c: TensorCheck, ref: Ref | Param, leaf: Tensor, *,
+                         scaled: bool, tv: np.ndarray | None = None) -> None:  # fmt: skip
+        """Cause of a differing gradient: recompute it from torch's upstream gradients."""
+        got = self._local_grad(ref, leaf)
+        if got is None:
+            c.cause, c.explained, c.note = "unexplained", False, "no local recomputation"
+            return
+        g, op = got
+        tv = to_np(self.t.act_grads[ref.name]) if tv is None else tv
+        if not scaled and self.t.scale != 1:  # torch's unscale_: times float32(1/float64(s))
+            g = (np.asarray(g, np.float32) * np.float32(1.0 / self.t.scale)).astype(np.float32)
+        lc = compare_arrays(tv, np.asarray(g), c.torch_format, c.torch_format)
+        c.local_ulps = lc["max_ulps"]
+        if lc["identical"] == lc["compared"]:
+            c.cause, c.explained = "propagated", True
+            c.note = (f"the backward of {op} on torch's inputs and upstream gradient is "
+                      "bit-identical: an upstream gradient or input differs")
+            return
+        first = op.split("+")[0]
+        bound = None
+        cons = self._consumers(ref)
+        if len(cons) == 1 and first in causes.MATMUL_OPS and first == "linear":
+            node = cons[0]
+            gu = to_np(self.t.act_grads[node.name]).astype(np.float64)
+            comp = np.asarray(leaf.data)  # noqa: F841 - kept for symmetry with the forward
+            args = self._local_args(node)
+            fmt = self.pol.op_formats("linear", [a.fmt for a in args if isinstance(a, Tensor)])
+            out = fmt[0].name
+            inv = 1.0 if scaled else 1.0 / self.t.scale
+            if isinstance(ref, Ref):  # dx = g @ W
+                b = causes.linear_bound(gu, np.asarray(args[1].data), None, out=out,
+                                        transpose=False)  # fmt: skip
+            elif node.args[1] == ref:  # dW = g^T x
+                b = causes.linear_bound(gu.T, np.asarray(args[0].data), None, out=out,
+                                        transpose=False)  # fmt: skip
+            else:  # db = sum over the batch
+                b = causes.linear_bound(np.ones((1, gu.shape[0])), gu, None, out=out,
+                                        transpose=False)[0]  # fmt: skip
+            b = b * inv + causes._ulp(tv, out)  # dW is rounded to the compute format first
+            bound = causes.within(tv, np.asarray(g), b, c.torch_format)
+        if first == "layer_norm" and len(cons) == 1 and isinstance(ref, Param):
+            bound = self._layer_norm_param_bound(cons[0], ref, tv, np.asarray(g))
+        if first in causes.MATH_OPS and c.torch_format not in causes.LOW and len(cons) == 1:
+            gu = to_np(self.t.act_grads[cons[0].name])
+            bound = causes.within(tv, np.asarray(g), causes.math_bound(
+                first, np.asarray(leaf.data), gu, out=c.torch_format), c.torch_format)  # fmt: skip
+        k = int(tv.shape[0]) if tv.ndim else 1
+        c.cause, c.explained, c.bound_ulps = causes.explain_local(
+            first, c.torch_format, c.local_ulps, k, bound)
+        c.note = (f"the backward of {op} recomputed by fpemu from torch's inputs and upstream "
+                  f"gradient differs by {c.local_ulps:g} ulp (bound {c.bound_ulps})")
+
+    def _layer_norm_param_bound(self, node: Any, ref: Param, tv: np.ndarray,
+                                fv: np.ndarray) -> tuple[bool, float]:  # fmt: skip
+        """LayerNorm weight/bias gradients sum ``M`` rows: in float32 two orders differ by at
+        most ``2 M u sum|term|``; with a low-precision input torch rounds the running sum to
+        the input format after every row, and each of those ``M`` roundings can go the other
+        way: at most ``M ulp_low(sum|term|)`` (every partial sum is at most ``sum|term|``)."""
+        x = to_np(self.t.acts[node.args[0].name])
+        g = to_np(self.t.act_grads[node.name]).astype(np.float64) / self.t.scale
+        xh = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-5)
+        terms = np.abs(g * xh) if node.args[1] == ref else np.abs(g)
+        mag, rows = terms.sum(axis=0), terms.shape[0]
+        low = fmt_of(self.t.acts[node.args[0].name])
+        if low in causes.LOW:
+            b = rows * causes._ulp(mag, low) * 2
+        else:
+            b = 2 * rows * causes.U32 * mag
+        return causes.within(tv, fv, b + causes._ulp(tv, "float32"), "float32")
+
+    def param_grads(self) -> None:
+        names = [n for n, _ in self.twin.named_parameters()]
+        for name, fg in zip(names, self.f["grads"], strict=True):
+            tg = self.t.grads.get(name)
+            if tg is None or fg is None:
+                continue
+            c = self.add("grad", name, tg, "float32", np.asarray(fg, np.float32), "float32")
+            if not c.exact:
+                leaf = Tensor(self.t.params_before[name], "float32", requires_grad=True)
+                leaf.grad_fmt = self.pol.grad_format
+                self.explain_backward(c, Param(name), leaf, scaled=False, tv=tg)
+            self.mark(c)
+
+    # -- scaler and parameters -----------------------------------------------------------------
+    def scaler_check(self) -> None:
+        t, f = self.t, self.f
+        tv = np.array([t.scale_after, t.tracker, float(t.skipped)], np.float64)
+        fv = np.array([f["scale_after"], f["tracker"], float(f["skipped"])], np.float64)
+        c = self.add("scaler", "scale, growth tracker, skipped", tv, "float64", fv, "float64")
+        if c.exact:
+            return
+        # The scaler's rule is exact arithmetic on (scale, tracker, found_inf): it can only
+        # differ legitimately when the two sides found different gradients non-finite.
+        grads_differ = any(not g.exact for g in self.r.select(step=self.s, kind="grad"))
+        if t.skipped != f["skipped"] and grads_differ:
+            c.cause, c.explained = "propagated", True
+            c.note = "the gradients differ and only one side found an inf/NaN"
+        else:
+            c.cause, c.explained = "unexplained", False
+            c.note = (f"the same skip decision gave torch (scale, tracker, skipped) = "
+                      f"{tv.tolist()} and fpemu {fv.tolist()}")
+        self.mark(c)
+
+    def params(self) -> None:
+        sh = self.shadow
+        names = [n for n, _ in self.twin.named_parameters()]
+        for i, (p, n) in enumerate(zip(sh.params, names, strict=True)):
+            p.data = self.t.params_before[n].copy()  # torch's parameters and optimizer state
+            sh.state[i] = {k: v.copy() for k, v in self.t.opt_state.get(n, {}).items()}
+        sh.steps = self.t.opt_steps
+        if not self.t.skipped:  # the same update from torch's own parameters and gradients
+            with np.errstate(all="ignore"):
+                sh.step([self.t.grads.get(n) for n in names])
+        for (name, p), q in zip(self.twin.named_parameters(), sh.params, strict=True):
+            tv = self.t.params_after[name]
+            c = self.add("param", name, tv, "float32", np.asarray(p.data), p.fmt.name)
+            if c.exact:
+                continue
+            lc = compare_arrays(tv, np.asarray(q.data), "float32", "float32")
+            c.local_ulps = lc["max_ulps"]
+            if lc["identical"] == lc["compared"]:
+                c.cause, c.explained = "propagated", True
+                c.note = ("fpemu's update of torch's parameters, state and gradients is "
+                          "bit-identical: the difference comes from "
+                          f"{self.upstream or 'earlier steps'}")
+                continue
+            c.cause = "optimizer"
+            step = np.abs(tv.astype(np.float64) - self.t.params_before[name].astype(np.float64))
+            bound = OPTIMIZER_UPDATE_ROUNDINGS * causes.U32 * step + causes._ulp(tv, "float32")
+            c.explained, c.bound_ulps = causes.within(tv, np.asarray(q.data), bound, "float32")
+            c.note = (f"the same update from torch's parameters, optimizer state and gradients "
+                      f"differs by {c.local_ulps:g} ulp, within {OPTIMIZER_UPDATE_ROUNDINGS:g} "
+                      "roundings of the update: torch's CPU kernels fuse multiply-adds (lerp_, "
+                      "addcmul_, add_ with alpha) on AVX2/AVX512 builds and not on the default "
+                      "one, and its float32 sqrt is not correctly rounded")
+
+
+#: An update ``w + d`` computed from the same inputs with a few roundings placed differently
+#: (fused or separate multiply-adds, a sqrt within one ulp) differs by a few ulps of ``d``
+#: (u = 2**-24 each) plus the final rounding of ``w + d``: ``k u |d| + ulp(w)``, with ``k``
+#: counting the float32 operations between the inputs and ``d`` (Adam: lerp, mul, addcmul,
+#: sqrt, div, add, mul, div: 8).
+OPTIMIZER_UPDATE_ROUNDINGS = 8.0
