@@ -67,7 +67,7 @@ def test_help_lists_the_fixed_sets_of_values(monkeypatch: pytest.MonkeyPatch) ->
         "tensorcore": [*ARCHS, "float16", "bfloat16", "tf32", "float32"],
         "train": [*preset_names(), *SCALERS, *DATASETS, "sgd", "adam", "sequential"],
         "experiment": ["digits", "underflow", "adam", "fast"],
-        "crosscheck": [*ARCHS, "mmasim", "drop", "uniform"],
+        "crosscheck": [*ARCHS, "floor", "emin", "uniform"],
     }
     for command, names in expected.items():
         for name in names:

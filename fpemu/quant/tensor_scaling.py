@@ -99,7 +99,8 @@ def te_delayed_update(
         raise ValueError(f"algo={algo!r}; accepted: max, most_recent")
     last = h[0]
     window = np_.max(np_.concatenate([h[1:], last[None]]), axis=0)
-    rolled = np_.concatenate([np_.zeros_like(h[:1]), h[2:], last[None]])
+    # [:len]: a length-1 history rolls to [0] (torch.roll then hist[0] = 0), not [0, last]
+    rolled = np_.concatenate([np_.zeros_like(h[:1]), h[2:], last[None]])[: h.shape[0]]
     roll = (last != 0) if fused else np_.ones_like(last, dtype=bool)
     new_h = np_.where(roll[None], rolled, h)
     amax = window if algo == "max" else last

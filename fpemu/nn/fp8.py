@@ -1,0 +1,266 @@
+"""FP8 linear layers: fprop, dgrad and wgrad GEMMs quantized by a recipe, with per-tensor state.
+
+:func:`fp8_linear` computes ``y = x @ w.T + b`` as a Transformer Engine / torchao FP8 linear
+does it (fp8-mx.md §4): each GEMM quantizes its operands per tensor role (``input``,
+``weight``, ``grad_output``), multiplies on the FP8 tensor-core model with the recipe's
+accumulation (fprop fast, dgrad/wgrad split every 128 K for TE, §4.4), and applies the
+dequantization scales ``scale_inv = RN32(1/scale)`` in the epilogue (§4.1, §6.4).
+
+Scales (per tensor, this module; rules from :mod:`fpemu.quant.tensor_scaling`):
+
+- ``te_delayed`` (§4.1): the quantize uses the state's scale; the measured amax goes into
+  ``history[0]``; after the backward pass the layer calls :meth:`FP8State.update`, which rolls
+  the history and computes the next scale (TE's fused bulk update), so step t uses the amax
+  of steps <= t-1.
+- ``te_current`` (§4.2): the scale from the tensor's own amax (fp32 ``fmaxf``: NaN dropped).
+- ``torchao`` (§4.3): ``RN32(fp8_max / max(amax, 1e-12))`` (``torch.max``: NaN propagates).
+- ``none``: scale 1 (a plain saturating cast).
+
+``recipe=None`` runs the same code with quantization off and float64 GEMMs (the reference the
+gradient tests use). Other granularities (row, blockwise, MX, NVFP4) are recipes as data
+(:mod:`fpemu.amp.recipes`) but not layer paths yet: they raise ValueError here.
+
+>>> import numpy as np
+>>> st = FP8State("te_current")
+>>> x = Tensor(np.array([[1.0, 2.0]], np.float32), requires_grad=True)
+>>> w = Tensor(np.array([[3.0, -1.0]], np.float32), requires_grad=True)
+>>> y = fp8_linear(x, w, None, recipe="te_current", state=st)
+>>> y.data.tolist(), st.records[-1]["input"]["scale"]  # -1 * 448/3 rounds to -144 in E4M3
+([[1.071428656578064]], 224.0)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from fpemu.amp.recipes import Recipe, RoleSpec, get_recipe
+from fpemu.formats import get_format
+from fpemu.nn.modules import MLP, Linear
+from fpemu.nn.tensor import Tensor, round_to
+from fpemu.quant import quantize_fp8, scaled_matmul, te_delayed_update, te_scale, torchao_scale
+from fpemu.tensorcore.arch import get_arch
+from fpemu.tensorcore.block import chain_blocks
+
+F32 = np.float32
+ROLES = ("input", "weight", "grad_output")
+_PATHS = ("none", "te_delayed", "te_current", "torchao")
+
+
+class FP8State:
+    """Mutable per-tensor state of one FP8 layer: amax histories, scales, per-step records.
+
+    ``history[role]`` is float32 (amax_history_len,) with slot 0 the amax being measured;
+    ``scale[role]`` float32 (init 1, TE). ``records`` holds one dict per forward+backward:
+    role -> amax, scale, saturated, flushed, subnormal (fractions of the tensor's elements).
+    """
+
+    def __init__(self, recipe: Recipe | str) -> None:
+        self.recipe = get_recipe(recipe)
+        n = self.recipe.amax_history_len
+        self.history = {r: np.zeros(n, F32) for r in ROLES}
+        self.scale = {r: F32(1.0) for r in ROLES}
+        self.records: list[dict[str, dict[str, float]]] = []
+        #: role -> (quantized values, scale) of the latest quantize (for inspection and tests)
+        self.last: dict[str, tuple[Any, Any]] = {}
+
+    def scale_for(self, role: str, amax: Any) -> Any:
+        """The scale this recipe uses to quantize ``role`` whose current amax is ``amax``."""
+        spec: RoleSpec = self.recipe.roles()[role]
+        fmt, r = spec.fmt, self.recipe
+        if spec.scale_rule == "none":
+            return F32(1.0)
+        if spec.scale_rule == "te_delayed":
+            self.history[role][0] = F32(amax)  # the quantize kernel writes history row 0 (§4.1)
+            return self.scale[role]
+        if spec.scale_rule == "te_current":
+            return F32(te_scale(np.float32(amax), fmt, margin=int(r.margin), power_2=spec.power_2,
+                                epsilon=r.epsilon))  # fmt: skip
+        return F32(torchao_scale(np.float32(amax), fmt, power_of_2=spec.power_2))
+
+    def update(self) -> None:
+        """TE's delayed-scaling update after the step (§4.1): roll histories, new scales."""
+        for role, spec in self.recipe.roles().items():
+            if spec.scale_rule != "te_delayed":
+                continue
+            h, s = te_delayed_update(self.history[role][:, None], np.array([self.scale[role]], F32),
+                                     spec.fmt, margin=int(self.recipe.margin),
+                                     algo=self.recipe.amax_compute_algo)  # fmt: skip
+            self.history[role], self.scale[role] = h[:, 0].astype(F32), F32(s[0])
+
+    def _record(self, role: str, amax: Any, scale: Any, x: Any, q: Any) -> None:
+        f = get_format(self.recipe.roles()[role].fmt)
+        with np.errstate(all="ignore"):
+            y = np.abs(np.asarray(x, F32) * F32(scale))
+        nz = x != 0
+        n = max(x.size, 1)
+        if role == "input":  # the forward's first quantize opens the step's record
+            self.records.append({})
+        self.records[-1][role] = {
+            "amax": float(amax),
+            "scale": float(scale),
+            "saturated": float(np.count_nonzero(y > f.max)) / n,
+            "flushed": float(np.count_nonzero(nz & (q == 0))) / n,
+            "subnormal": float(np.count_nonzero((q != 0) & (np.abs(q) < f.tiny))) / n,
+        }
+
+
+def _amax(x: Any, rule: str) -> Any:
+    a = np.abs(np.asarray(x, F32))
+    if a.size == 0:
+        return F32(0.0)
+    if rule == "torchao":
+        return F32(np.max(a))  # torch.max propagates NaN (§4.3)
+    finite = a[~np.isnan(a)]  # TE's fp32 fmaxf reduction drops NaN operands (§4.2)
+    return F32(finite.max()) if finite.size else F32(0.0)
+
+
+def _quant(x: Any, role: str, state: FP8State) -> tuple[Any, Any]:
+    """(values exact in the role's FP8 format, dequantization scale_inv)."""
+    spec = state.recipe.roles()[role]
+    amax = _amax(x, spec.scale_rule)
+    scale = state.scale_for(role, amax)
+    if not np.isfinite(scale) or scale <= 0:
+        raise ValueError(
+            f"{role}: scale {float(scale)!r} from amax {float(amax)!r} is not a "
+            "finite positive float (torchao gives NaN/0 for NaN/Inf amax)"
+        )
+    q = np.asarray(quantize_fp8(np.asarray(x, F32), scale, spec.fmt))
+    state._record(role, amax, scale, x, q)
+    state.last[role] = (q, scale)
+    with np.errstate(divide="ignore", over="ignore"):
+        inv = F32(F32(1.0) / F32(scale))  # __frcp_rn / Tensor.reciprocal (§4.1, §4.3)
+    return q, inv
+
+
+def _gemm(a: Any, fa: str, sa: Any, b: Any, fb: str, sb: Any, acc: str) -> Any:
+    """``RN32(chain(a @ b) * RN32(sa * sb))``; mixed E5M2 x E4M3 (HYBRID) chains directly."""
+    if fa == fb:
+        return scaled_matmul(a, b, scale_a=sa, scale_b=sb, fmt=fa, accumulation=acc)
+    spec = get_arch("h100").block_spec(get_format(fa), get_format("float32"))
+    K = a.shape[1]
+    step = K if acc == "fast" else 128
+    y = np.zeros((a.shape[0], b.shape[1]), F32)
+    for k0 in range(0, max(K, 1), step):  # split: per-128 chains from +0 summed in FP32 RN
+        z = np.zeros_like(y, dtype=np.float64)
+        p = chain_blocks(a[:, k0 : k0 + step], b[k0 : k0 + step], z, spec=spec,
+                         fmt=get_format(fa), b_fmt=get_format(fb)).astype(F32)  # fmt: skip
+        y = p if acc == "fast" else (y + p).astype(F32)
+    s = F32(F32(sa) * F32(sb))
+    return ((y * s).astype(F32) + F32(0.0)).astype(np.float64)
+
+
+def fp8_linear(x: Tensor, w: Tensor, b: Tensor | None = None, *, recipe: Recipe | str | None,
+               state: FP8State | None = None) -> Tensor:  # fmt: skip
+    """``x @ w.T + b`` with FP8 fprop/dgrad/wgrad GEMMs (float32 output, FP32 bias add).
+
+    Raises:
+        ValueError: shapes, a recipe whose granularity this layer does not run, a state made
+            for another recipe.
+    """
+    if x.data.ndim != 2 or w.data.ndim != 2 or x.shape[1] != w.shape[1]:
+        raise ValueError(f"fp8_linear needs x (B, K) and w (N, K); got {x.shape}, {w.shape}")
+    if recipe is None:
+        return _linear_off(x, w, b)
+    r = get_recipe(recipe)
+    for role, spec in r.roles().items():
+        if spec.granularity != "tensor" or spec.scale_rule not in _PATHS:
+            raise ValueError(f"recipe={r.name!r}: {role} granularity={spec.granularity!r}, "
+                             f"scale_rule={spec.scale_rule!r}; fp8_linear runs: tensor with "
+                             f"{', '.join(_PATHS)}")  # fmt: skip
+    state = FP8State(r) if state is None else state
+    if state.recipe != r:
+        raise ValueError(f"state belongs to recipe {state.recipe.name!r}, not {r.name!r}")
+    fx, fw, fg = r.input.fmt, r.weight.fmt, r.grad_output.fmt
+    qx, sx = _quant(x.data, "input", state)
+    qw, sw = _quant(w.data, "weight", state)
+    y = _gemm(qx, fx, sx, qw.T, fw, sw, r.fprop).astype(F32)
+    if b is not None:
+        y = (y + np.asarray(b.data, F32)).astype(F32)  # bias in the FP32 epilogue
+    out = Tensor.derived(y, get_format("float32"), (x, w) if b is None else (x, w, b), "fp8_linear")
+
+    def _backward() -> None:
+        g = out.grad
+        assert g is not None
+        qg, sg = _quant(g, "grad_output", state)
+        if x.requires_grad:  # dgrad: dX = dY @ W
+            x.accumulate(_gemm(qg, fg, sg, qw, fw, sw, r.dgrad))
+        if w.requires_grad:  # wgrad: dW = dY.T @ X
+            w.accumulate(_gemm(qg.T, fg, sg, qx, fx, sx, r.wgrad))
+        if b is not None and b.requires_grad:  # dbias from the unquantized dY, in FP32
+            b.accumulate(np.sum(np.asarray(g, np.float64), axis=0).astype(F32))
+        state.update()
+
+    out._backward = _backward
+    return out
+
+
+def _linear_off(x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
+    """Quantization off: float64 GEMMs, the same forward/backward structure."""
+    y = np.asarray(x.data, np.float64) @ np.asarray(w.data, np.float64).T
+    if b is not None:
+        y = y + np.asarray(b.data, np.float64)
+    f64 = get_format("float64")
+    out = Tensor.derived(y, f64, (x, w) if b is None else (x, w, b), "fp8_linear_off")
+
+    def _backward() -> None:
+        g = np.asarray(out.grad, np.float64)
+        if x.requires_grad:
+            x.accumulate(g @ np.asarray(w.data, np.float64))
+        if w.requires_grad:
+            w.accumulate(g.T @ np.asarray(x.data, np.float64))
+        if b is not None and b.requires_grad:
+            b.accumulate(g.sum(axis=0))
+
+    out._backward = _backward
+    return out
+
+
+class FP8Linear(Linear):
+    """A :class:`~fpemu.nn.modules.Linear` whose GEMMs run under an FP8 recipe.
+
+    Built like ``Linear`` (same initialisation from ``rng``, FP32 master weights; a recipe
+    with ``master="bfloat16"`` stores them in bfloat16). ``recipe=None`` turns quantization
+    off (float64 GEMMs). ``state`` holds the amax histories, scales and per-step records.
+
+    >>> lin = FP8Linear(4, 3, recipe="te_delayed")
+    >>> lin(Tensor(np.ones((2, 4), np.float32))).shape, lin.state.scale["input"]
+    ((2, 3), np.float32(1.0))
+    """
+
+    def __init__(self, in_features: int, out_features: int, *, recipe: Recipe | str | None,
+                 bias: bool = True, rng: np.random.Generator | None = None,
+                 name: str = "linear") -> None:  # fmt: skip
+        self.recipe = None if recipe is None else get_recipe(recipe)
+        master = "float64" if self.recipe is None else self.recipe.master
+        super().__init__(in_features, out_features, bias=bias, policy=master, rng=rng,
+                         name=name)  # fmt: skip
+        self.state = None if self.recipe is None else FP8State(self.recipe)
+
+    def __call__(self, x: Tensor) -> Tensor:
+        return fp8_linear(x, self.weight, self.bias, recipe=self.recipe, state=self.state)
+
+
+def fp8_mlp(sizes: Sequence[int], *, recipe: Recipe | str | None, activation: str = "relu",
+            seed: int = 0) -> MLP:  # fmt: skip
+    """An :class:`~fpemu.nn.modules.MLP` (FP32 policy between layers) with FP8 linears.
+
+    The weights are the FP32 MLP's of the same seed (same initial bits as the baselines).
+
+    >>> m = fp8_mlp([4, 8, 3], recipe="te_current", seed=0)
+    >>> type(m.layers[0]).__name__, m(np.ones((2, 4), np.float32)).shape
+    ('FP8Linear', (2, 3))
+    """
+    m = MLP(sizes, activation=activation, policy="fp32", seed=seed)
+    layers = []
+    for lin in m.layers:
+        n_out, n_in = lin.weight.shape
+        f = FP8Linear(n_in, n_out, recipe=recipe, bias=lin.bias is not None, name=lin.name)
+        f.weight.data = round_to(np.asarray(lin.weight.data, np.float64), f.weight.fmt)
+        if lin.bias is not None and f.bias is not None:
+            f.bias.data = round_to(np.asarray(lin.bias.data, np.float64), f.bias.fmt)
+        layers.append(f)
+    m.layers = layers  # type: ignore[assignment]
+    return m
