@@ -181,6 +181,7 @@ def e2m1_of_scaled(x: float, inv: Fraction, rbyte: int | None = None) -> float:
     if rbyte is None:
         q = abs(_element(a, "e2m1"))
     else:
+
         def step(t: Fraction) -> Fraction:
             return Fraction(2) if t >= 4 else Fraction(1) if t >= 2 else Fraction(1, 2)
 

@@ -30,8 +30,8 @@ from mmasim.nv_ptx.isa_tcgen05mma import (
 )
 from mmasim.nv_ptx.isa_wgmma import wgmma_shape_and_type
 
-from fpemu.tensorcore.mma import dpa
 from fpemu.tensorcore.instructions import get_instruction
+from fpemu.tensorcore.mma import dpa
 from fpemu.tensorcore.specials import encode, same_bits
 
 NV_ARCH = {"Volta": "sm70", "Turing": "sm75", "Ampere": "sm80", "Ada Lovelace": "sm89",

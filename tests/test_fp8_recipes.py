@@ -261,7 +261,7 @@ def test_bad_role_specs_and_names() -> None:
         RoleSpec("e4m3", "tensor", "amax")
     with pytest.raises(ValueError, match="recipe='te_fast'; accepted: deepseek_v3"):
         get_recipe("te_fast")
-    with pytest.raises(ValueError, match="deepseek_v3.*granularity='block128x128'"):
+    with pytest.raises(ValueError, match=r"deepseek_v3.*weight block128x128/deepseek"):
         fp8_linear(Tensor(np.ones((2, 4))), Tensor(np.ones((3, 4))), recipe="deepseek_v3")
     with pytest.raises(ValueError, match="state belongs to recipe 'te_current'"):
         fp8_linear(Tensor(np.ones((2, 4))), Tensor(np.ones((3, 4))), recipe="te_delayed",
@@ -331,3 +331,73 @@ def test_torchao_float8_emulated_step_matches_operands() -> None:
         # of |terms| and the chain within 2**-7 of it (see the forward test); scale bound by the
         # largest |ref| times 2**-6 covers both for K <= 64.
         assert np.max(np.abs(np.asarray(ours, np.float64) - r64)) <= 2.0**-6 * np.abs(r64).max()
+
+
+# -- training loop, experiment, command line --------------------------------------------------
+def test_train_with_recipe_records_trace() -> None:
+    from fpemu.training import train  # noqa: PLC0415 - keeps the module import light
+
+    r = train("moons", hidden=(8,), steps=4, batch_size=16, recipe="te_current", progress=False)
+    assert r.config["recipe"] == "te_current"
+    assert len(r.fp8_trace["layers.0"]) == 4  # eval forwards after training are not counted
+    with pytest.raises(ValueError, match="needs policy='fp32'"):
+        train("moons", steps=1, policy="torch_cuda_fp16", recipe="te_current", progress=False)
+
+
+def test_fp8_experiment_spike_saturates_only_delayed() -> None:
+    from fpemu.training.fp8_experiment import run_fp8_experiment  # noqa: PLC0415
+
+    rows = {r.run: r for r in run_fp8_experiment(
+        runs=("TE delayed + spike", "TE current + spike"), steps=8, spike_steps=(5,))}  # fmt: skip
+    assert 5 in rows["TE delayed + spike"].saturated_steps()
+    assert rows["TE current + spike"].saturated_steps() == []
+    with pytest.raises(ValueError, match="runs=\\['FP4'\\]"):
+        run_fp8_experiment(runs=("FP4",))
+
+
+def test_cli_train_recipe(capsys: pytest.CaptureFixture[str]) -> None:
+    from fpemu.cli import main  # noqa: PLC0415
+
+    assert main(["train", "moons", "--recipe", "te_delayed", "--steps", "3", "--hidden", "8",
+                 "--no-progress"]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    assert "FP8 recipe te_delayed" in out and "grad_output" in out
+    assert main(["train", "--recipe", "deepseek_v3"]) == 2
+    assert "--recipe deepseek_v3: unknown recipe; accepted: fp8_noscale" in capsys.readouterr().err
+    assert main(["train", "--recipe", "te_current", "--policy", "torch_cuda_bf16"]) == 2
+    assert "--policy torch_cuda_bf16: --recipe runs under fp32" in capsys.readouterr().err
+
+
+def test_mxfp8_equals_disabled_on_exact_data() -> None:
+    """Small integers: RCEIL E8M0 scales are powers of two that keep them exact in E4M3 (and
+    every partial sum is exact), so te_mxfp8 gives the quantization-off layer's bits."""
+    rng = np.random.default_rng(6)
+    x0 = rng.integers(-4, 5, (8, 40)).astype(np.float32)  # K = 40: padded to 64 blocks
+    w0 = rng.integers(-3, 4, (6, 40)).astype(np.float32)
+    g0 = rng.integers(-3, 4, (8, 6)).astype(np.float32)
+    outs = []
+    for rec in ("te_mxfp8", None):
+        x, w = (Tensor(a, "float32" if rec else "float64", requires_grad=True) for a in (x0, w0))
+        y = fp8_linear(x, w, None, recipe=rec)
+        y.backward(g0.astype(y.data.dtype))
+        outs.append([np.asarray(t, np.float64) for t in (y.data, x.grad, w.grad)])
+    for a, b_ in zip(*outs, strict=True):
+        assert np.array_equal(a.view(np.uint64), b_.view(np.uint64))
+
+
+def test_nvfp4_layer_trains_and_records() -> None:
+    rng = np.random.default_rng(7)
+    x = rng.normal(size=(32, 16)).astype(np.float32)
+    y = (x[:, 0] > 0).astype(np.int64)
+    m = fp8_mlp([16, 32, 2], recipe="te_nvfp4", seed=0)
+    opt = SGD(m.parameters(), lr=0.2)
+    losses = []
+    for _ in range(10):
+        opt.zero_grad()
+        loss = fn.cross_entropy(m(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < losses[0]
+    rec = m.layers[0].state.records[-1]  # type: ignore[attr-defined]
+    assert set(rec) == {"input", "weight", "grad_output"} and math.isnan(rec["input"]["scale"])

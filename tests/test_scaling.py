@@ -799,7 +799,8 @@ def test_registry_names_aliases_and_errors() -> None:
         assert type(get_scaler(name.upper())) is cls
     for alias, name in SCALER_ALIASES.items():
         assert type(get_scaler(alias)) is expected[name]
-    with pytest.raises(ValueError, match="unknown scaler 'amp'; accepted: apex, fresh_gradscaler, hysteresis"):
+    accepted = "unknown scaler 'amp'; accepted: apex, fresh_gradscaler, hysteresis"
+    with pytest.raises(ValueError, match=accepted):
         get_scaler("amp")
     with pytest.raises(ValueError, match=re.escape("growth_factor=0.5")):
         get_scaler("torch", growth_factor=0.5)

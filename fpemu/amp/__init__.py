@@ -14,6 +14,7 @@ from fpemu.amp.policy import (
     preset_names,
     presets_markdown,
 )
+from fpemu.amp.recipes import RECIPES, Recipe, RoleSpec, get_recipe
 from fpemu.amp.scaling import (
     SCALER_ALIASES,
     SCALERS,
@@ -24,16 +25,20 @@ from fpemu.amp.scaling import (
 )
 
 __all__ = [
+    "RECIPES",
     "SCALERS",
     "SCALER_ALIASES",
     "LossScaler",
     "Policy",
+    "Recipe",
+    "RoleSpec",
     "StepRecord",
     "TorchGradScaler",
     "autocast",
     "current_policy",
     "describe",
     "get_policy",
+    "get_recipe",
     "get_scaler",
     "preset_names",
     "presets_markdown",

@@ -35,8 +35,9 @@ def configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--block-format", default="mxfp8_e4m3",
                         type=name_of("block format", get_block_format, names),
                         help=f"block format: {accepted(names)}")  # fmt: skip
-    parser.add_argument("--rule", default=None,
-                        help="the rule whose elements are listed (default: the format's)")
+    parser.add_argument(
+        "--rule", default=None, help="the rule whose elements are listed (default: the format's)"
+    )
     return parser
 
 

@@ -17,12 +17,16 @@ import argparse
 import itertools
 from collections.abc import Sequence
 
+import numpy as np
+
 from fpemu.amp.policy import POLICY_ALIASES, get_policy, preset_names
+from fpemu.amp.recipes import RECIPES
 from fpemu.amp.scaling.registry import SCALER_ALIASES, SCALERS, get_scaler
 from fpemu.cli.args import accepted, int_at_least, model_names, name_of, number
 from fpemu.cli.errors import UsageError
 from fpemu.cli.explain import plain_table
 from fpemu.linalg import get_model
+from fpemu.nn.fp8 import supported
 from fpemu.training import TrainResult, train
 from fpemu.training.datasets import DATASETS, get_dataset, unavailable
 
@@ -36,6 +40,16 @@ EVENTS_SHOWN = 10
 
 def _scaler(name: str) -> object:
     return name if name in _SPECIAL_SCALERS else get_scaler(name)
+
+
+#: Recipes ``--recipe`` runs (the FP8 layer's; row-wise and 1x128 blockwise are data only so far).
+_RECIPES = [n for n in RECIPES if supported(n)]
+
+
+def _fp8_recipe(name: str) -> object:
+    if name not in _RECIPES:
+        raise ValueError(name)
+    return RECIPES[name]
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -80,6 +94,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="override the policy's matmul accumulation model: "
                              f"{accepted(model_names())} or an "
                              "instruction model (sm90.mma.f16.f32, ...)")  # fmt: skip
+    parser.add_argument("--recipe", default=None, type=name_of("recipe", _fp8_recipe, _RECIPES),
+                        help="train with FP8 linear layers under this recipe (the ops between "
+                             f"them in FP32: policy fp32): {accepted(_RECIPES)}")  # fmt: skip
     parser.add_argument("--seed", type=int_at_least(0), default=0,
                         help="seed of initialisation, split and batches")  # fmt: skip
     parser.add_argument("--trace", action="store_true",
@@ -115,11 +132,16 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--batch-size {args.batch_size}: at most {n_train}, the training "
                          f"examples of {args.dataset}")  # fmt: skip
     scaler = None if args.scaler in ("none", "off") else args.scaler
-    r = train(args.dataset, hidden=tuple(args.hidden), policy=args.policy, scaler=scaler,
+    policy = args.policy
+    if args.recipe is not None:
+        if get_policy(policy).name not in ("fp32", "torch_cuda_fp16"):  # the default is replaced
+            raise UsageError(f"--policy {policy}: --recipe runs under fp32 (leave --policy out)")
+        policy = "fp32"
+    r = train(args.dataset, hidden=tuple(args.hidden), policy=policy, scaler=scaler,
               steps=args.steps, lr=args.lr, optimizer=args.optimizer, seed=args.seed,
               batch_size=args.batch_size, micro_batches=args.micro_batches, clip=args.clip,
               loss_weight=args.loss_weight, acc_model=args.acc_model,
-              progress=not args.no_progress)  # fmt: skip
+              progress=not args.no_progress, recipe=args.recipe)  # fmt: skip
     if args.json:
         print(r.to_json(indent=2))
         return 0
@@ -196,4 +218,12 @@ def report(r: TrainResult, *, trace: bool = False) -> list[str]:
         "overflow before",
     )
     lines.append(plain_table(header, rows))
+    if r.fp8_trace:
+        lines += ["", f"FP8 recipe {c['recipe']}: % of elements per step (mean), last scale"]
+        rows = [(layer, role, *(f"{100 * np.mean([t[role][k] for t in recs]):.3f}"
+                                for k in ("saturated", "flushed", "subnormal")),
+                 f"{recs[-1][role]['scale']:g}")
+                for layer, recs in r.fp8_trace.items() for role in recs[-1]]  # fmt: skip
+        lines.append(plain_table(("layer", "role", "saturated", "flushed", "subnormal",
+                                  "scale"), rows))  # fmt: skip
     return lines

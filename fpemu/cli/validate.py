@@ -56,12 +56,23 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="write the report as JSON (to stdout without FILE)")  # fmt: skip
     parser.add_argument("--markdown", metavar="FILE", type=Path, nargs="?", const=Path("-"),
                         help="write the report as markdown (to stdout without FILE)")  # fmt: skip
-    parser.add_argument("--exhaustive", action="store_true",
-                        help="(torch) also cast all 2**32 float32 patterns to bf16 and fp16")
-    parser.add_argument("--quick", action="store_true",
-                        help="(torch) smaller samples (2**16 random patterns, 20 training steps)")
-    parser.add_argument("--only", nargs="+", choices=SECTIONS, metavar="SECTION",
-                        help=f"(torch) run only these sections: {', '.join(SECTIONS)}")
+    parser.add_argument(
+        "--exhaustive",
+        action="store_true",
+        help="(torch) also cast all 2**32 float32 patterns to bf16 and fp16",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="(torch) smaller samples (2**16 random patterns, 20 training steps)",
+    )
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        choices=SECTIONS,
+        metavar="SECTION",
+        help=f"(torch) run only these sections: {', '.join(SECTIONS)}",
+    )
     parser.add_argument("--steps", type=int, default=None, help="(model) training steps (3)")
     parser.add_argument("--autocast", default=None, metavar="|".join(AUTOCAST),
                         help="(model) CPU autocast dtype, or off (bf16)")  # fmt: skip
@@ -69,8 +80,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="(model) GradScaler: off, torch's defaults, or options such as "
                              "init_scale=1024,growth_interval=2 (default: default for fp16, "
                              "off otherwise)")  # fmt: skip
-    parser.add_argument("--optimizer", default=None, metavar="sgd|adam|adamw",
-                        help="(model) optimizer (sgd)")
+    parser.add_argument(
+        "--optimizer", default=None, metavar="sgd|adam|adamw", help="(model) optimizer (sgd)"
+    )
     parser.add_argument("--lr", type=float, default=None, help="(model) learning rate (0.01)")
 
 

@@ -8,8 +8,9 @@
 """
 
 from fpemu.nn import functional  # binds Tensor's operators (see fpemu.nn.tensor)
-from fpemu.nn.modules import MLP, LayerNorm, Linear, Module
+from fpemu.nn.fp8 import FP8Linear, FP8State, fp8_linear, fp8_mlp
 from fpemu.nn.graph import GraphModule
+from fpemu.nn.modules import MLP, LayerNorm, Linear, Module
 from fpemu.nn.optim import SGD, Adam, AdamW, Optimizer, clip_grad_norm
 from fpemu.nn.tensor import GradCheck, Tensor, cast, gradcheck, round_to
 
@@ -18,8 +19,10 @@ __all__ = [
     "SGD",
     "Adam",
     "AdamW",
-    "GraphModule",
+    "FP8Linear",
+    "FP8State",
     "GradCheck",
+    "GraphModule",
     "LayerNorm",
     "Linear",
     "Module",
@@ -27,6 +30,8 @@ __all__ = [
     "Tensor",
     "cast",
     "clip_grad_norm",
+    "fp8_linear",
+    "fp8_mlp",
     "functional",
     "gradcheck",
     "round_to",

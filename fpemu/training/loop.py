@@ -35,11 +35,13 @@ from typing import Any
 import numpy as np
 
 from fpemu.amp.policy import Policy, get_policy
+from fpemu.amp.recipes import Recipe, get_recipe
 from fpemu.amp.scaling import LossScaler, get_scaler
 from fpemu.backend import xp
 from fpemu.formats import Format
 from fpemu.nn import MLP
 from fpemu.nn import functional as fn
+from fpemu.nn.fp8 import FP8Linear, fp8_mlp
 from fpemu.nn.optim import SGD, Adam, Optimizer, clip_grad_norm
 from fpemu.nn.tensor import round_to
 from fpemu.storage import to_storage
@@ -147,6 +149,8 @@ class TrainResult:
     final_loss: float = float("nan")
     #: the scaler's ``state_dict()`` after the last step
     scaler_state: dict[str, Any] = field(default_factory=dict)
+    #: FP8 recipe runs: layer -> per-step {role -> amax, scale, saturated, flushed, subnormal}
+    fp8_trace: dict[str, list[dict[str, dict[str, float]]]] = field(default_factory=dict)
 
     @property
     def skipped_steps(self) -> int:
@@ -307,6 +311,7 @@ def train(
     loss_weight: float = 1.0,
     acc_model: str | None = None,
     progress: bool = True,
+    recipe: Recipe | str | None = None,
 ) -> TrainResult:
     """Train an MLP classifier and record the numerics of every step.
 
@@ -328,6 +333,9 @@ def train(
             a small weight makes FP16 gradients underflow without loss scaling.
         acc_model: override the policy's accumulation model (e.g. ``"sequential"``).
         progress: show a progress bar (rich).
+        recipe: an FP8 recipe (:mod:`fpemu.amp.recipes`): every Linear becomes an
+            :class:`~fpemu.nn.fp8.FP8Linear` (the FP32 model's initial weights); needs the
+            ``fp32`` policy (the ops between the FP8 GEMMs run in FP32).
     """
     for arg, v in (("steps", steps), ("batch_size", batch_size), ("micro_batches", micro_batches)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
@@ -342,8 +350,13 @@ def train(
 
         pol = replace(pol, acc_model=acc_model)
     data = get_dataset(dataset, seed=seed)
-    model = MLP([data.features, *hidden, data.classes], activation=activation, policy=pol,
-                seed=seed)  # fmt: skip
+    sizes = [data.features, *hidden, data.classes]
+    if recipe is not None:
+        if pol.name != "fp32":
+            raise ValueError(f"recipe={recipe!r} needs policy='fp32', got policy={pol.name!r}")
+        model = fp8_mlp(sizes, recipe=recipe, activation=activation, seed=seed)
+    else:
+        model = MLP(sizes, activation=activation, policy=pol, seed=seed)
     opt = make_optimizer(optimizer, model, lr=lr, momentum=momentum)
     sc = make_scaler(scaler, pol)
     result = TrainResult(config={
@@ -351,6 +364,7 @@ def train(
         "steps": steps, "lr": lr, "optimizer": optimizer, "seed": seed, "batch_size": batch_size,
         "micro_batches": micro_batches, "clip": clip, "activation": activation,
         "loss_weight": loss_weight, "acc_model": pol.acc_model,
+        "recipe": None if recipe is None else get_recipe(recipe).name,
     })  # fmt: skip
     rng = np.random.default_rng(seed)
     order, pos = rng.permutation(len(data.x_train)), 0
@@ -373,6 +387,9 @@ def train(
             loss_total, scale = rec.loss, rec.scale
             bar.advance(loss_total, scale)
     result.grad_stats = sums
+    for lin in model.layers:
+        if isinstance(lin, FP8Linear) and lin.state is not None:
+            result.fp8_trace[lin.name] = list(lin.state.records)  # before eval forwards
     result.scaler_state = sc.state_dict()
     result.final_accuracy = accuracy(model, data.x_test, data.y_test)
     result.train_accuracy = accuracy(model, data.x_train, data.y_train)

@@ -47,7 +47,12 @@ def _dtypes(values: Any) -> list[str]:
 
 
 def autocast_audit(
-    model: Any, inputs: Any, targets: Any, *, autocast: Any, policy: Policy | str,
+    model: Any,
+    inputs: Any,
+    targets: Any,
+    *,
+    autocast: Any,
+    policy: Policy | str,
     loss: str = "cross_entropy",
 ) -> list[dict[str, str]]:
     """One row per distinct (phase, ATen op, input dtypes): torch's output dtype, the fpemu op

@@ -45,8 +45,7 @@ class StepChecker:
                  shadow: Optimizer, loss: str) -> None:  # fmt: skip
         self.r, self.s, self.twin, self.pol, self.t, self.f = report, step, twin, pol, t, f
         self.before, self.shadow, self.loss = before, shadow, loss
-        self.params_differ = any(
-            not np.array_equal(before[n], t.params_before[n]) for n in before)
+        self.params_differ = any(not np.array_equal(before[n], t.params_before[n]) for n in before)
         self.upstream = ""  # the first differing tensor of this step so far
         self._grad_cache: dict[str, dict[Any, Any] | None] = {}
 
@@ -103,8 +102,10 @@ class StepChecker:
     def explain_forward(self, c: TensorCheck, node: Any) -> None:
         if c.torch_format != c.fpemu_format:
             c.cause, c.explained = "format", False
-            c.note = (f"torch computes {node.op} in {c.torch_format}, the fpemu policy "
-                      f"{self.pol.name!r} in {c.fpemu_format}: the policy entry differs")
+            c.note = (
+                f"torch computes {node.op} in {c.torch_format}, the fpemu policy "
+                f"{self.pol.name!r} in {c.fpemu_format}: the policy entry differs"
+            )
             return
         args = self._local_args(node)
         with np.errstate(all="ignore"), autocast(self.pol):
@@ -126,9 +127,12 @@ class StepChecker:
                 node.op, xin, None, out=c.torch_format), c.torch_format)  # fmt: skip
         k = int(tv.shape[-1]) if tv.ndim else 1
         c.cause, c.explained, c.bound_ulps = causes.explain_local(
-            node.op, c.torch_format, c.local_ulps, k, bound)
-        c.note = (f"{node.op} recomputed by fpemu from torch's inputs differs by "
-                  f"{c.local_ulps:g} ulp (bound {c.bound_ulps})")
+            node.op, c.torch_format, c.local_ulps, k, bound
+        )
+        c.note = (
+            f"{node.op} recomputed by fpemu from torch's inputs differs by "
+            f"{c.local_ulps:g} ulp (bound {c.bound_ulps})"
+        )
 
     # -- loss ----------------------------------------------------------------------------------
     def loss_check(self) -> None:
@@ -147,9 +151,12 @@ class StepChecker:
         shape = np.shape(to_np(logits))
         k = int(np.prod(shape)) if self.loss == "mse" else int(np.sum(shape))
         c.cause, c.explained, c.bound_ulps = causes.explain_local(
-            self.loss, c.torch_format, c.local_ulps, k)
-        c.note = (f"torch's {self.loss} (log_softmax + nll_loss: its own reduction order and "
-                  f"exp/log) vs fpemu's fused one, on torch's output: {c.local_ulps:g} ulp")
+            self.loss, c.torch_format, c.local_ulps, k
+        )
+        c.note = (
+            f"torch's {self.loss} (log_softmax + nll_loss: its own reduction order and "
+            f"exp/log) vs fpemu's fused one, on torch's output: {c.local_ulps:g} ulp"
+        )
 
     # -- backward ------------------------------------------------------------------------------
     def backward(self) -> None:
@@ -236,8 +243,10 @@ class StepChecker:
         c.local_ulps = lc["max_ulps"]
         if lc["identical"] == lc["compared"]:
             c.cause, c.explained = "propagated", True
-            c.note = (f"the backward of {op} on torch's inputs and upstream gradient is "
-                      "bit-identical: an upstream gradient or input differs")
+            c.note = (
+                f"the backward of {op} on torch's inputs and upstream gradient is "
+                "bit-identical: an upstream gradient or input differs"
+            )
             return
         first = op.split("+")[0]
         bound = None
@@ -269,9 +278,12 @@ class StepChecker:
                 first, np.asarray(leaf.data), gu, out=c.torch_format), c.torch_format)  # fmt: skip
         k = int(tv.shape[0]) if tv.ndim else 1
         c.cause, c.explained, c.bound_ulps = causes.explain_local(
-            first, c.torch_format, c.local_ulps, k, bound)
-        c.note = (f"the backward of {op} recomputed by fpemu from torch's inputs and upstream "
-                  f"gradient differs by {c.local_ulps:g} ulp (bound {c.bound_ulps})")
+            first, c.torch_format, c.local_ulps, k, bound
+        )
+        c.note = (
+            f"the backward of {op} recomputed by fpemu from torch's inputs and upstream "
+            f"gradient differs by {c.local_ulps:g} ulp (bound {c.bound_ulps})"
+        )
 
     def _layer_norm_param_bound(self, node: Any, ref: Param, tv: np.ndarray,
                                 fv: np.ndarray) -> tuple[bool, float]:  # fmt: skip
@@ -320,8 +332,10 @@ class StepChecker:
             c.note = "the gradients differ and only one side found an inf/NaN"
         else:
             c.cause, c.explained = "unexplained", False
-            c.note = (f"the same skip decision gave torch (scale, tracker, skipped) = "
-                      f"{tv.tolist()} and fpemu {fv.tolist()}")
+            c.note = (
+                f"the same skip decision gave torch (scale, tracker, skipped) = "
+                f"{tv.tolist()} and fpemu {fv.tolist()}"
+            )
         self.mark(c)
 
     def params(self) -> None:
@@ -343,19 +357,23 @@ class StepChecker:
             c.local_ulps = lc["max_ulps"]
             if lc["identical"] == lc["compared"]:
                 c.cause, c.explained = "propagated", True
-                c.note = ("fpemu's update of torch's parameters, state and gradients is "
-                          "bit-identical: the difference comes from "
-                          f"{self.upstream or 'earlier steps'}")
+                c.note = (
+                    "fpemu's update of torch's parameters, state and gradients is "
+                    "bit-identical: the difference comes from "
+                    f"{self.upstream or 'earlier steps'}"
+                )
                 continue
             c.cause = "optimizer"
             step = np.abs(tv.astype(np.float64) - self.t.params_before[name].astype(np.float64))
             bound = OPTIMIZER_UPDATE_ROUNDINGS * causes.U32 * step + causes._ulp(tv, "float32")
             c.explained, c.bound_ulps = causes.within(tv, np.asarray(q.data), bound, "float32")
-            c.note = (f"the same update from torch's parameters, optimizer state and gradients "
-                      f"differs by {c.local_ulps:g} ulp, within {OPTIMIZER_UPDATE_ROUNDINGS:g} "
-                      "roundings of the update: torch's CPU kernels fuse multiply-adds (lerp_, "
-                      "addcmul_, add_ with alpha) on AVX2/AVX512 builds and not on the default "
-                      "one, and its float32 sqrt is not correctly rounded")
+            c.note = (
+                f"the same update from torch's parameters, optimizer state and gradients "
+                f"differs by {c.local_ulps:g} ulp, within {OPTIMIZER_UPDATE_ROUNDINGS:g} "
+                "roundings of the update: torch's CPU kernels fuse multiply-adds (lerp_, "
+                "addcmul_, add_ with alpha) on AVX2/AVX512 builds and not on the default "
+                "one, and its float32 sqrt is not correctly rounded"
+            )
 
 
 #: An update ``w + d`` computed from the same inputs with a few roundings placed differently

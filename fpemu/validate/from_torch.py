@@ -35,10 +35,30 @@ MODULES: dict[str, str] = {
 }  # fmt: skip
 #: Functions the traced ``forward`` may call, by their usual spelling.
 FUNCTIONS: tuple[str, ...] = (
-    "+", "-", "*", "@", "torch.add", "torch.sub", "torch.mul", "torch.matmul", "torch.relu",
-    "torch.tanh", "torch.sigmoid", "torch.flatten", "torch.softmax", "torch.log_softmax",
-    "F.relu", "F.gelu", "F.silu", "F.tanh", "F.sigmoid", "F.softmax", "F.log_softmax",
-    "F.linear", "F.layer_norm", "F.dropout (eval)",
+    "+",
+    "-",
+    "*",
+    "@",
+    "torch.add",
+    "torch.sub",
+    "torch.mul",
+    "torch.matmul",
+    "torch.relu",
+    "torch.tanh",
+    "torch.sigmoid",
+    "torch.flatten",
+    "torch.softmax",
+    "torch.log_softmax",
+    "F.relu",
+    "F.gelu",
+    "F.silu",
+    "F.tanh",
+    "F.sigmoid",
+    "F.softmax",
+    "F.log_softmax",
+    "F.linear",
+    "F.layer_norm",
+    "F.dropout (eval)",
 )
 #: Tensor methods the traced ``forward`` may call.
 METHODS: tuple[str, ...] = ("relu", "tanh", "sigmoid", "flatten", "softmax", "log_softmax",
@@ -177,8 +197,10 @@ def _module_node(n: Any, mod: Any) -> Node:
     if kind == "GELU" and mod.approximate == "tanh":
         op = "gelu"
     if kind == "Dropout" and mod.training and mod.p > 0:
-        raise ValueError(f"from_torch: module {n.target!r} is Dropout(p={mod.p}) in training "
-                         "mode (random); accepted: eval mode (call model.eval()) or p=0")
+        raise ValueError(
+            f"from_torch: module {n.target!r} is Dropout(p={mod.p}) in training "
+            "mode (random); accepted: eval mode (call model.eval()) or p=0"
+        )
     opts: tuple[tuple[str, Any], ...] = ()
     if kind in ("Softmax", "LogSoftmax"):
         opts = (("dim", -1 if mod.dim is None else int(mod.dim)),)

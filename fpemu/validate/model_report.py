@@ -189,8 +189,13 @@ class ModelReport:
     def select(self, *, step: int | None = None, kind: str | None = None,
                name: str | None = None) -> list[TensorCheck]:  # fmt: skip
         """The checks matching every given field."""
-        return [c for c in self.checks if (step is None or c.step == step)
-                and (kind is None or c.kind == kind) and (name is None or c.name == name)]
+        return [
+            c
+            for c in self.checks
+            if (step is None or c.step == step)
+            and (kind is None or c.kind == kind)
+            and (name is None or c.name == name)
+        ]
 
     def first_difference(self) -> TensorCheck | None:
         """The first non-identical tensor in execution order (step, then forward, loss,
