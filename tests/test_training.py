@@ -417,9 +417,17 @@ def test_datasets_are_seeded_and_shaped() -> None:
         spirals(classes=1)
 
 
-def test_digits_from_sklearn() -> None:
-    pytest.importorskip("sklearn")
+def test_shipped_digits_equal_scikit_learns() -> None:
+    sk = pytest.importorskip("sklearn.datasets")  # in the test extra
+    ref = sk.load_digits()
     d = digits()
+    x = np.concatenate([d.x_train, d.x_test])
+    y = np.concatenate([d.y_train, d.y_test])
+    got = sorted(zip(map(bytes, (x * 16).astype(np.uint8)), y.tolist(), strict=True))
+    want = sorted(zip(map(bytes, np.asarray(ref.data).astype(np.uint8)), ref.target.tolist(),
+                      strict=True))  # fmt: skip
+    assert got == want  # the same 1797 (image, label) pairs, bit for bit
+    assert np.array_equal(ref.data, np.round(ref.data))  # integer pixels: uint8 storage is exact
     assert d.features == 64 and d.classes == 10
     assert len(d.x_train) + len(d.x_test) == 1797
     assert 0.0 <= d.x_train.min() and d.x_train.max() <= 1.0

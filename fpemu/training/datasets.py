@@ -2,8 +2,9 @@
 
 Each loader returns a :class:`Dataset` with float32 features, int64 labels and a fixed
 train/test split. ``spirals`` and ``moons`` are generated here from a seed; ``digits`` is the
-8x8 handwritten-digit set that ships inside scikit-learn (the optional ``[data]`` extra): without
-it, :func:`unavailable` says which extra to install and ``digits()`` raises ModuleNotFoundError.
+8x8 handwritten-digit set of scikit-learn, shipped with fpemu (no extra needed). A data set that
+needs an optional package would be listed in :data:`NEEDS`; :func:`unavailable` then says which
+extra to install.
 
 >>> d = spirals(n=60, classes=3, seed=0)
 >>> d.x_train.shape, d.x_train.dtype.name, d.classes
@@ -15,6 +16,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from importlib import resources
 
 import numpy as np
 
@@ -89,19 +91,19 @@ def moons(*, n: int = 600, noise: float = 0.1, seed: int = 0,
 
 
 def digits(*, seed: int = 0, test_fraction: float = 0.2) -> Dataset:
-    """scikit-learn's bundled 8x8 digits (1797 images, 10 classes), pixels scaled to [0, 1].
+    """scikit-learn's 8x8 digits (1797 images, 10 classes), pixels scaled to [0, 1].
 
-    Raises:
-        ModuleNotFoundError: scikit-learn is not installed (``pip install 'fpemu[data]'``);
-            :func:`unavailable` says so without raising.
+    The images ship with fpemu (``fpemu/training/data/digits.npz``, scikit-learn's BSD licence
+    beside it), so no extra is needed; the copy is checked against scikit-learn in the tests.
+
+    >>> d = digits()
+    >>> d.features, d.classes, len(d.x_train) + len(d.x_test)
+    (64, 10, 1797)
     """
-    why = unavailable("digits")
-    if why is not None:
-        raise ModuleNotFoundError(why, name="sklearn")
-    from sklearn.datasets import load_digits  # noqa: PLC0415 - optional dependency
-
-    d = load_digits()
-    return _split("digits", np.asarray(d.data) / 16.0, np.asarray(d.target), 10, seed,
+    with resources.files("fpemu.training").joinpath("data/digits.npz").open("rb") as fh:
+        data = np.load(fh)
+        images, labels = data["images"], data["labels"]
+    return _split("digits", images.astype(np.float64) / 16.0, labels.astype(np.int64), 10, seed,
                   test_fraction)  # fmt: skip
 
 
@@ -109,7 +111,8 @@ def digits(*, seed: int = 0, test_fraction: float = 0.2) -> Dataset:
 DATASETS: dict[str, Callable[..., Dataset]] = {"spirals": spirals, "moons": moons, "digits": digits}
 
 #: Data sets that need an optional package: name -> (module, pip extra, package on PyPI).
-NEEDS: dict[str, tuple[str, str, str]] = {"digits": ("sklearn", "data", "scikit-learn")}
+#: (None today: digits ships with fpemu; the mechanism stays for data sets that cannot.)
+NEEDS: dict[str, tuple[str, str, str]] = {}
 
 
 def unavailable(name: str) -> str | None:
