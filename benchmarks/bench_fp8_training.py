@@ -14,11 +14,10 @@ time / baseline median time. The per-layer gradient statistics are skipped
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 from collections.abc import Callable
 
 import numpy as np
+from timing import median_time  # benchmarks/timing.py (this folder is on sys.path)
 
 from fpemu.amp.policy import get_policy
 from fpemu.nn import MLP
@@ -43,15 +42,6 @@ def step_fn(recipe: str | None, rng: np.random.Generator) -> Callable[[], None]:
     opt = make_optimizer("sgd", model, lr=0.01, momentum=0.9)
     return lambda: train_step(model, opt, scaler, x, y, stats=False) and None
 
-
-def median_time(fn: Callable[[], None], repeats: int) -> float:
-    fn()  # warm up
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def main() -> None:

@@ -17,25 +17,16 @@ elements or more); for a like-for-like baseline pin BLAS to one thread too
 from __future__ import annotations
 
 import argparse
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from functools import partial
 
 import numpy as np
+from timing import best_time  # benchmarks/timing.py (this folder is on sys.path)
 
 from fpemu.linalg import matmul
 
 MODELS = ("sequential", "pairwise", "blocked", "fast")
 
-
-def best_time(fn: Callable[[], object], repeat: int) -> float:
-    """Best wall-clock seconds of ``repeat`` calls."""
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -14,23 +14,13 @@ Prints the best of ``--repeat`` runs and the ratio baseline/fpemu (> 1: fpemu is
 from __future__ import annotations
 
 import argparse
-import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
+from timing import best_time  # benchmarks/timing.py (this folder is on sys.path)
 
 from fpemu.quant import quantize, scaled_matmul
-
-
-def best_time(fn: Callable[[], object], repeat: int) -> float:
-    """Best wall-clock seconds of ``repeat`` calls."""
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
 
 
 def main(argv: Sequence[str] | None = None) -> int:

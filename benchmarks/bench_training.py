@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import statistics
-import time
 from collections.abc import Callable
 from dataclasses import replace
 
 import numpy as np
+from timing import median_time  # benchmarks/timing.py (this folder is on sys.path)
 
 from fpemu.amp.policy import get_policy
 from fpemu.nn import MLP
@@ -69,15 +68,6 @@ def fpemu_step(policy: str, acc_model: str, rng: np.random.Generator) -> Callabl
     y = rng.integers(0, SIZES[-1], BATCH)
     return lambda: train_step(model, opt, scaler, x, y, stats=False) and None
 
-
-def median_time(fn: Callable[[], None], repeats: int) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def main() -> None:

@@ -12,12 +12,11 @@ the target is <= 5x. On a shared machine pin the threads so the baseline is not 
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 from collections.abc import Callable
 from typing import Any
 
 import torch
+from timing import median_time  # benchmarks/timing.py (this folder is on sys.path)
 
 from fpemu.validate import compare_torch
 
@@ -68,16 +67,6 @@ def compared(dtype: Any, scaled: bool) -> Callable[[], None]:
 
     return run
 
-
-def median_time(fn: Callable[[], None], repeats: int) -> float:
-    """Median wall time of ``repeats`` calls after one warm-up call."""
-    fn()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def main() -> None:

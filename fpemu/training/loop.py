@@ -166,18 +166,23 @@ class TrainResult:
         """Plain JSON-ready data (NaN and inf become strings)."""
         d = asdict(self)
         d["skipped_steps"] = self.skipped_steps
-        return _jsonable(d)  # type: ignore[no-any-return]
+        return jsonable(d)  # type: ignore[no-any-return]
 
     def to_json(self, **kwargs: Any) -> str:
         """:meth:`to_dict` as a JSON string."""
         return json.dumps(self.to_dict(), **kwargs)
 
 
-def _jsonable(v: Any) -> Any:
+def jsonable(v: Any) -> Any:
+    """``v`` with tuples as lists and non-finite floats as strings (JSON has no inf/NaN).
+
+    >>> jsonable({"loss": [1.5, float("inf")], "shape": (2, 3)})
+    {'loss': [1.5, 'inf'], 'shape': [2, 3]}
+    """
     if isinstance(v, dict):
-        return {k: _jsonable(x) for k, x in v.items()}
+        return {k: jsonable(x) for k, x in v.items()}
     if isinstance(v, (list, tuple)):
-        return [_jsonable(x) for x in v]
+        return [jsonable(x) for x in v]
     if isinstance(v, float) and not math.isfinite(v):
         return str(v)
     return v

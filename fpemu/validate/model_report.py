@@ -22,6 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from fpemu.training.loop import jsonable
+
 #: Why a tensor is not bit-identical. ``exact``: it is; ``reduction order``: the op's local
 #: recomputation from torch's inputs differs only within the bound of summing in a different
 #: order (torch's GEMM/reduction order vs fpemu's accumulation model); ``math library``:
@@ -219,7 +221,7 @@ class ModelReport:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready data (non-finite floats as strings)."""
-        out: dict[str, Any] = _jsonable({
+        out: dict[str, Any] = jsonable({
             "title": self.title, "settings": self.settings, "exact": self.exact, "ok": self.ok,
             "summary": self.summary(), "trace": self.trace,
             "checks": [asdict(c) for c in self.checks], "audit": self.audit})  # fmt: skip
@@ -283,13 +285,3 @@ class ModelReport:
 
 def _num(v: float) -> str:
     return "inf" if math.isinf(v) else f"{v:g}"
-
-
-def _jsonable(v: Any) -> Any:
-    if isinstance(v, dict):
-        return {k: _jsonable(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [_jsonable(x) for x in v]
-    if isinstance(v, float) and not math.isfinite(v):
-        return str(v)
-    return v
