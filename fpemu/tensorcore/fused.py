@@ -28,6 +28,7 @@ import numpy as np
 from fpemu.backend import xp
 from fpemu.formats import Format
 from fpemu.tensorcore.block import F64, ResultFormat, labels, round_block
+from fpemu.tensorcore.rows import plan, specials, t_fdpa_rows
 
 I32 = np.typing.NDArray[np.int32]
 
@@ -56,32 +57,6 @@ def fused_sum(v: F64, lab: I32, F: int, e_zero: int, result: ResultFormat) -> F6
     return out
 
 
-def specials(a: F64, b: F64, c: F64, finite: F64, extra_nan: Any = None) -> F64:
-    """Overwrite rows of ``finite`` where a NaN or an infinity takes part (mma-parity.md 1.1).
-
-    A NaN operand, 0 * inf, or infinities of both signs give NaN; otherwise an infinity gives
-    itself. ``extra_nan``: (B,) rows forced to NaN (a NaN block scale).
-    """
-    np_ = xp(finite)
-    bad = ~(np_.isfinite(a).all(axis=-1) & np_.isfinite(b).all(axis=-1) & np_.isfinite(c))
-    if extra_nan is not None:
-        bad |= extra_nan
-    if not bool(bad.any()):
-        return finite
-    with np.errstate(invalid="ignore", over="ignore"):
-        p = a[bad] * b[bad]
-        cb = c[bad]
-        nan = np_.isnan(p).any(axis=-1) | np_.isnan(cb)
-        pos = (p == np_.inf).any(axis=-1) | (cb == np_.inf)
-        neg = (p == -np_.inf).any(axis=-1) | (cb == -np_.inf)
-    if extra_nan is not None:
-        nan |= extra_nan[bad]
-    row = np_.where(pos, np_.inf, np_.where(neg, -np_.inf, finite[bad]))
-    out = finite.copy()
-    out[bad] = np_.where(nan | (pos & neg), np_.nan, row)
-    return out
-
-
 def _finite(x: F64) -> F64:
     np_ = xp(x)
     return x if bool(np_.isfinite(x).all()) else np_.where(np_.isfinite(x), x, 0.0)
@@ -99,6 +74,17 @@ def t_fdpa(a: F64, b: F64, c: F64, *, fa: Format, fb: Format, fc: Format, L: int
         shift: (B, K) int exponents added to each product's value and label (block scales),
             or None.
     """
+    if shift is None and plan(fa, fb, L, e_zero) is not None:
+        return t_fdpa_rows(a, b, c, fa=fa, fb=fb, fc=fc, L=L, F=F, e_zero=e_zero, result=result)
+    return _t_fdpa_blocks(a, b, c, fa=fa, fb=fb, fc=fc, L=L, F=F, e_zero=e_zero, result=result,
+                          shift=shift)  # fmt: skip
+
+
+def _t_fdpa_blocks(a: F64, b: F64, c: F64, *, fa: Format, fb: Format, fc: Format, L: int,
+                   F: int, e_zero: int, result: ResultFormat,
+                   shift: Any = None) -> F64:  # fmt: skip
+    """:func:`t_fdpa` one block at a time over the whole batch (block scales, and the
+    reference for :func:`fpemu.tensorcore.rows.t_fdpa_rows`)."""
     np_ = xp(a, b, c)
     # Zero operands get label -16000 (labels(zeros="floor")), so a product with a zero factor
     # has a label below -16000 + 127 and never reaches the maximum: no mask needed. int16 sums

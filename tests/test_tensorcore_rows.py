@@ -1,0 +1,115 @@
+"""The fast row-tile T-FDPA (``fpemu.tensorcore.rows``) gives the bits of the block-by-block
+route (``fused._t_fdpa_blocks``, itself checked against MMA-Sim 2.1.1 in test_mma_parity.py and
+against exact rationals in test_mma_models.py) for every T-FDPA instruction model, on operand
+codes drawn from every distribution the parity campaign uses (all bit patterns including
+inf/NaN, narrow and wide exponents, subnormals, zeros, huge exponents, extreme C), over several
+row tiles, partial blocks and chains of blocks."""
+
+from __future__ import annotations
+
+import zlib
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from fpemu.formats import get_format
+from fpemu.tensorcore import fused, rows
+from fpemu.tensorcore.instructions import INSTRUCTIONS
+from fpemu.tensorcore.mma import _RESULT
+
+#: format -> (storage dtype of its codes, code width in bits, exponent bits, mantissa bits)
+_ML = {
+    "float16": (np.float16, 16, 5, 10),
+    "bfloat16": (ml_dtypes.bfloat16, 16, 8, 7),
+    "tf32": (np.float32, 32, 8, 10),  # a 19-bit code in the top of a float32
+    "float32": (np.float32, 32, 8, 23),
+    "float8_e4m3fn": (ml_dtypes.float8_e4m3fn, 8, 4, 3),
+    "float8_e5m2": (ml_dtypes.float8_e5m2, 8, 5, 2),
+    "float6_e3m2fn": (ml_dtypes.float6_e3m2fn, 8, 3, 2),
+    "float6_e2m3fn": (ml_dtypes.float6_e2m3fn, 8, 2, 3),
+    "float4_e2m1fn": (ml_dtypes.float4_e2m1fn, 8, 2, 1),
+}
+_UINT = {8: np.uint8, 16: np.uint16, 32: np.uint32}
+
+
+def _values(rng: np.random.Generator, fmt: str, shape: tuple[int, ...]) -> np.ndarray:
+    """Random values of ``fmt``; each row draws from one distribution (see module doc)."""
+    dt, bits, eb, mb = _ML[fmt]
+    width = 1 + eb + mb
+    n = int(np.prod(shape))
+    mode = np.repeat(rng.integers(0, 6, shape[0]), n // shape[0])
+    top = (1 << eb) - 1
+    bias = (1 << (eb - 1)) - 1
+    e = rng.integers(0, top + 1, n)
+    e = np.where(mode == 1, rng.integers(max(bias - 3, 0), min(bias + 4, top + 1), n), e)
+    e = np.where(mode == 2, rng.integers(1, max(top, 2), n), e)
+    e = np.where(mode == 3, rng.integers(0, min(3, top + 1), n), e)
+    e = np.where(mode == 5, rng.integers(max(top - 3, 0), top + 1, n), e)
+    man = rng.integers(0, 1 << mb, n)
+    sign = rng.integers(0, 2, n)
+    code = (sign << (width - 1)) | (e << mb) | man
+    code = np.where((mode == 4) & (rng.random(n) < 0.7), 0, code)
+    code = np.where(rng.random(n) < 0.03, 0, code)
+    if fmt == "tf32":
+        code = code << 13
+    with np.errstate(invalid="ignore"):  # NaN codes
+        return code.astype(_UINT[bits]).view(dt).astype(np.float64).reshape(shape)
+
+
+def _same(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    return (x.view(np.uint64) == y.view(np.uint64)) | (np.isnan(x) & np.isnan(y))
+
+
+_T = [i for i in INSTRUCTIONS.values() if i.algorithm == "t-fdpa"]
+
+
+@pytest.mark.parametrize("name", [i.name for i in _T])
+def test_rows_equal_blocks(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    ins = INSTRUCTIONS[name]
+    monkeypatch.setattr(rows, "TILE", 640)  # several tiles and a partial last one
+    rng = np.random.default_rng(zlib.crc32(name.encode()))
+    result = _RESULT[ins.rho]
+    pairs = {(ins.inputs[0], ins.inputs[0]), (ins.inputs[0], ins.inputs[-1])}
+    for (fa, fb), c_name in [(p, c) for p in sorted(pairs) for c in ins.c]:
+        for k in sorted({ins.k, ins.shapes[-1]}):
+            L = ins.fused(k)
+            for K in (k, 2 * k + (1 if k > 1 else 0)):
+                B = 700
+                a, b = _values(rng, fa, (B, K)), _values(rng, fb, (B, K))
+                c = _values(rng, c_name if c_name != "float32" else "float32", (B, 1))[:, 0]
+                kw = dict(
+                    fa=get_format(fa),
+                    fb=get_format(fb),
+                    fc=get_format(c_name),
+                    L=L,
+                    F=ins.frac_bits,
+                    e_zero=ins.e_zero,
+                    result=result,
+                )
+                assert rows.plan(kw["fa"], kw["fb"], L, ins.e_zero) is not None
+                fast = fused.t_fdpa(a, b, c, **kw)
+                slow = fused._t_fdpa_blocks(a, b, c, **kw)
+                ok = _same(fast, slow)
+                assert ok.all(), (name, fa, fb, c_name, K, np.flatnonzero(~ok)[:5])
+
+
+def test_rows_refuse_inexact_inputs() -> None:
+    h = get_format("float16")
+    kw = dict(
+        fa=h, fb=h, fc=get_format("float32"), L=16, F=25, e_zero=-133, result=_RESULT["rz-fp32"]
+    )
+    a = np.ones((3, 16))
+    for bad, arg in ((1 + 2.0**-11, "a"), (2.0**-15 + 2.0**-30, "a"), (65536.0, "a")):
+        x = a.copy()
+        x[1, 3] = bad
+        with pytest.raises(ValueError, match=rf"^{arg} holds values that are not exact in float16"):
+            rows.t_fdpa_rows(x, a, np.zeros(3), **kw)
+    with pytest.raises(ValueError, match=r"^c holds values that are not exact in float32"):
+        rows.t_fdpa_rows(a, a, np.full(3, 0.1), **kw)
+
+
+def test_plan_refuses_unreadable_label_ranges() -> None:
+    f32 = get_format("float32")
+    assert rows.plan(f32, f32, 16, -133) is not None  # 8-bit exponents fit with W = 5
+    assert rows.plan(f32, f32, 64, -133) is None  # W = 7 cannot span labels -133 .. 254
