@@ -65,6 +65,8 @@ def plan(fa: Format, fb: Format, L: int, e_zero: int) -> tuple[int, int] | None:
     (5, 51)
     """
     W = max(1, L.bit_length())  # L < 2**W
+    if W > 6:
+        return None
     top = fa.emax + fb.emax
     off = top + 1 - 1023 // W
     off = max(off, 0)
@@ -76,47 +78,58 @@ def plan(fa: Format, fb: Format, L: int, e_zero: int) -> tuple[int, int] | None:
     return W, off
 
 
-def powers(x: F64, fmt: Format, arg: str) -> tuple[F64, bool]:
-    """``2**label`` of each value (0 for a zero), after checking ``x`` exact in ``fmt``.
+def powers(x: F64, fmt: Format, arg: str) -> tuple[F64, bool, Any]:
+    """``2**e`` of each value (``e`` its float64 exponent; 0 for a zero), after checking ``x``
+    exact in ``fmt``.
 
-    Returns the powers (float64, ``inf`` where ``x`` is not finite) and whether every value is
-    finite. The label of a value subnormal in ``fmt`` is ``fmt.emin``.
+    Returns the powers (float64, ``inf`` where ``x`` is not finite), whether every value is
+    finite, and the flat indices of the values subnormal in ``fmt`` (whose label is
+    ``fmt.emin``, above their exponent), or None if there are none. Where they are more than
+    one in 256, their powers are raised to ``2**fmt.emin`` instead and None is returned.
 
     Raises:
         ValueError: a finite value not exact in ``fmt`` (naming ``arg``).
 
     >>> from fpemu.formats import get_format
-    >>> q, finite = powers(np.array([3.0, 2.0**-15, 0.0, -0.5]), get_format("float16"), "a")
-    >>> q.tolist(), finite
-    ([2.0, 6.103515625e-05, 0.0, 0.5], True)
+    >>> x = np.array([3.0, 2.0**-15, 0.0, -0.5] + [1.0] * 1020)
+    >>> q, finite, sub = powers(x, get_format("float16"), "a")
+    >>> q[:4].tolist(), finite, sub.tolist()  # one subnormal in 1024: its index
+    ([2.0, 3.0517578125e-05, 0.0, 0.5], True, [1])
+    >>> powers(x[:4], get_format("float16"), "a")[0].tolist()  # many: raised to 2**emin
+    [2.0, 6.103515625e-05, 0.0, 0.5]
     >>> powers(np.array([1.0 + 2.0**-11]), get_format("float16"), "a")
     Traceback (most recent call last):
     ValueError: a holds values that are not exact in float16; round them first
     """
     np_ = xp(x)
     u = x.view(np.uint64)
+    q = u & _EXP  # 2**exponent as float64 bits; 0 for a zero, inf for inf/NaN
     low = np.uint64((1 << (52 - fmt.mbits)) - 1)
-    # max and min propagate NaN, so both comparisons fail for a NaN as for an infinity.
-    finite = bool(x.max() <= fmt.max) and bool(x.min() >= -fmt.max)
-    if not finite or bool(np_.bitwise_or.reduce(u, axis=None) & low):
+    top = np.uint64(np.float64(fmt.max).view(np.uint64)) & _EXP
+    full = fmt.max == (2.0 - 2.0**-fmt.mbits) * 2.0**fmt.emax  # every code of the top binade
+    qmax = q.max()
+    finite = bool(qmax <= top)
+    if not finite or (not full and qmax == top and bool(np_.abs(x).max() > fmt.max)) \
+            or bool(np_.bitwise_or.reduce(u, axis=None) & low):  # fmt: skip
         labels(x, fmt, zeros="floor", arg=arg)  # raises for a finite inexact value
         finite = bool(np_.isfinite(x).all())
-    q = u & _EXP  # 2**exponent as float64 bits; 0 for a zero
     tiny = np.uint64(np.float64(2.0**fmt.emin).view(np.uint64))
+    sub = None
     if bool(q.min() < tiny):  # zeros or values subnormal in fmt
-        one = np.uint64(1)
-        q -= one  # a zero wraps to the top and stays there: it comes back as 0 below
-        sub = q < tiny - one
-        if bool(sub.any()):
-            t = x[sub] * 2.0 ** (fmt.mbits - fmt.emin)  # a multiple of 2**(emin - mbits)
+        low_q = np_.flatnonzero(q < tiny)
+        sub = low_q[q.reshape(-1)[low_q] != 0]
+        if sub.size:
+            t = x.reshape(-1)[sub] * 2.0 ** (fmt.mbits - fmt.emin)  # multiples of 2**(emin-m)
             if bool((t != np_.trunc(t)).any()):
                 raise ValueError(
                     f"{arg} holds values that are not exact in {fmt.name}; round them first"
                 )
-            np_.maximum(q, tiny - one, out=q)
-        q += one
+        if sub.size * 256 > q.size:  # many (fp8 data): raise them to 2**emin here
+            q.reshape(-1)[sub] = tiny
+        if sub.size * 256 > q.size or not sub.size:
+            sub = None
     out: F64 = q.view(np.float64)
-    return out, finite
+    return out, finite, sub
 
 
 def t_fdpa_rows(a: F64, b: F64, c: F64, *, fa: Format, fb: Format, fc: Format, L: int, F: int,
@@ -152,14 +165,14 @@ def _tile(a: F64, b: F64, c: F64, fa: Format, fb: Format, fc: Format, L: int, F:
     np_ = xp(a)
     n, K = a.shape
     nb = K // L
-    qa, fin_a = powers(a, fa, "a")
-    qb, fin_b = powers(b, fb, "b")
-    _, fin_c = powers(c, fc, "c")
+    qa, fin_a, sa = powers(a, fa, "a")
+    qb, fin_b, sb = powers(b, fb, "b")
+    _, fin_c, _ = powers(c, fc, "c")
     finite = fin_a and fin_b
     a0, b0 = (a, b) if finite else (_zeroed(a), _zeroed(b))
     with np.errstate(all="ignore"):
         p = np_.multiply(a0, b0)
-        # 2**(W * (label - off)) of each product, 0 for a zero factor (inf/NaN where an
+        # 2**(W * (e_a + e_b - off)) of each product, 0 for a zero factor (inf/NaN where an
         # operand is not finite: those rows are overwritten by specials).
         qa *= qb
         if off:
@@ -167,6 +180,14 @@ def _tile(a: F64, b: F64, c: F64, fa: Format, fb: Format, fc: Format, L: int, F:
         s = _power(qa, W).reshape(n * nb, L) @ ones
     top = ((s.view(np.uint64) >> np.uint64(52)).astype(np.int32) - 1023) // W + off
     top = top.reshape(n, nb)
+    if sa is not None or sb is not None:
+        # A subnormal operand's label is its format's emin, above its exponent: raise the
+        # maxima of the blocks holding one with the exact labels of those few products.
+        flat = sb if sa is None else sa if sb is None else np_.union1d(sa, sb)
+        r, k = flat // K, flat % K
+        lab = (labels(a0[r, k], fa, zeros="floor", check=False).astype(np.int32)
+               + labels(b0[r, k], fb, zeros="floor", check=False))  # fmt: skip
+        np_.maximum.at(top, (r, k // L), lab)
     p3 = p.reshape(n, nb, L)
     d = c
     fmt_c = fc
@@ -175,7 +196,10 @@ def _tile(a: F64, b: F64, c: F64, fa: Format, fb: Format, fc: Format, L: int, F:
         lc = labels(c0, fmt_c, zeros="floor", check=False)
         emax = np_.maximum(np_.maximum(top[:, j], lc), e_zero)
         scale = np_.ldexp(1.0, F - emax)
-        t = np_.multiply(p3[:, j, :], scale[:, None])
+        if nb == 1:  # one scale per row repeated along k: cheaper than a broadcast
+            t = np_.multiply(p.reshape(-1), np_.repeat(scale, L)).reshape(n, L)
+        else:
+            t = np_.multiply(p3[:, j], scale[:, None])
         np_.trunc(t, out=t)
         total = t @ ones
         total += np_.trunc(c0 * scale)
@@ -194,17 +218,20 @@ def _tile(a: F64, b: F64, c: F64, fa: Format, fb: Format, fc: Format, L: int, F:
 
 
 def _power(q: F64, W: int) -> F64:
-    """``q ** W`` for powers of two by squaring (exact, or 0 on underflow; ``q`` is reused)."""
-    acc = None
-    while True:
-        if W & 1:
-            acc = q.copy() if acc is None else acc * q
-        W >>= 1
-        if not W:
-            break
-        q *= q
-    assert acc is not None
-    return acc
+    """``q ** W`` for powers of two, ``1 <= W <= 6`` (exact, or 0 on underflow), in at most
+    three multiplications (``q`` may be overwritten)."""
+    if W == 1:
+        return q
+    q2 = q * q
+    if W in (3, 5, 6):
+        if W == 5:
+            q2 *= q2  # q**4
+        q2 *= q  # q**3 or q**5
+        if W == 6:
+            q2 *= q2
+    elif W == 4:
+        q2 *= q2
+    return q2
 
 
 def specials(a: F64, b: F64, c: F64, finite: F64, extra_nan: Any = None) -> F64:
