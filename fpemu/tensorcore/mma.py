@@ -26,6 +26,7 @@ from fpemu.backend import xp
 from fpemu.formats import Format, FormatLike, get_format
 from fpemu.rounding import round as fround
 from fpemu.tensorcore import amd, fused
+from fpemu.tensorcore.amd_rows import e_fdpa_rows, tr_fdpa_rows
 from fpemu.tensorcore.block import (
     E8M13,
     F64,
@@ -35,6 +36,7 @@ from fpemu.tensorcore.block import (
     labels,
 )
 from fpemu.tensorcore.instructions import INSTRUCTIONS, Instruction, get_instruction
+from fpemu.tensorcore.rows import powers
 
 _RESULT = {
     "rz-fp32": ResultFormat(get_format("float32"), "rtz"),
@@ -129,21 +131,18 @@ def dpa(
     L = ins.fused(kk)
     if ins.algorithm in ("t-fdpa", "st-fdpa", "gst-fdpa"):
         return _nvidia(ins, a, b, c, fa, fb, fc, L, K, scale_a, scale_b, scale_fmt)
-    labels(a, fa, zeros="floor", arg="a")  # exactness checks (the AMD kernels do not check)
-    labels(b, fb, zeros="floor", arg="b")
-    labels(c, fc, zeros="floor", arg="c")
+    for x, f, arg in ((a, fa, "a"), (b, fb, "b"), (c, fc, "c")):
+        powers(x, f, arg)  # exactness checks from the bits (the AMD kernels do not check)
     _scales(ins, scale_a, scale_b, K)
     if ins.algorithm == "fma":
         return amd.fma_chain(a, b, c, double=ins.d == "float64")
     if ins.algorithm == "e-fdpa":
-        return amd.e_fdpa(a, b, c, L=L)
+        return e_fdpa_rows(a, b, c, L=L)
     if ins.algorithm == "ftz-mul-add":
         if K % ins.group:
             raise ValueError(f"K={K} must be a multiple of {ins.group} for {ins.name}")
         return amd.ftz_mul_add(a, b, c, P=ins.group, emin=fa.emin)
-    if ins.algorithm == "tr-fdpa":
-        return amd.tr_fdpa(a, b, c, L=L, fa=fa, fb=fb)
-    return amd.gtr_fdpa(a, b, c, L=L, fa=fa, fb=fb)
+    return tr_fdpa_rows(a, b, c, L=L, fa=fa, fb=fb, split=ins.algorithm == "gtr-fdpa")
 
 
 def _nvidia(ins: Instruction, a: F64, b: F64, c: F64, fa: Format, fb: Format, fc: Format,

@@ -183,7 +183,7 @@ def _tile(a: F64, b: F64, c: F64, fa: Format, fb: Format, fc: Format, L: int, F:
     if sa is not None or sb is not None:
         # A subnormal operand's label is its format's emin, above its exponent: raise the
         # maxima of the blocks holding one with the exact labels of those few products.
-        flat = sb if sa is None else sa if sb is None else np_.union1d(sa, sb)
+        flat = np_.concatenate([m for m in (sa, sb) if m is not None])  # repeats are harmless
         r, k = flat // K, flat % K
         lab = (labels(a0[r, k], fa, zeros="floor", check=False).astype(np.int32)
                + labels(b0[r, k], fb, zeros="floor", check=False))  # fmt: skip
