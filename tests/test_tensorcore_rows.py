@@ -16,7 +16,7 @@ import pytest
 from fpemu.formats import get_format
 from fpemu.tensorcore import amd, amd_rows, fused, rows
 from fpemu.tensorcore.instructions import INSTRUCTIONS
-from fpemu.tensorcore.mma import _RESULT
+from fpemu.tensorcore.mma import _RESULT, dpa, mma
 
 #: format -> (storage dtype of its codes, code width in bits, exponent bits, mantissa bits)
 _ML = {
@@ -176,3 +176,62 @@ def test_e_fdpa_rows_equal_fsum_route(fmt: str) -> None:
         slow = amd.e_fdpa(a, b, c, L=L)
         ok = _same(fast, slow)
         assert ok.all(), (fmt, L, np.flatnonzero(~ok)[:5])
+
+
+_ST = [i for i in INSTRUCTIONS.values() if i.algorithm == "st-fdpa"]
+
+
+@pytest.mark.parametrize("name", [i.name for i in _ST])
+def test_st_fdpa_rows_equal_blocks(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Block-scaled T-FDPA (mxf8f6f4): the row route with scale exponents folded into values
+    and labels equals the block route, for narrow and extreme (+-127) ue8m0 scales."""
+    ins = INSTRUCTIONS[name]
+    monkeypatch.setattr(rows, "TILE", 640)
+    rng = np.random.default_rng(zlib.crc32(name.encode()))
+    result = _RESULT[ins.rho]
+    ue8m0 = get_format(ins.scales[0])
+    for fa_name, fb_name in (("float8_e4m3fn", "float8_e5m2"), ("float4_e2m1fn", "float6_e3m2fn")):
+        for lo, hi in ((-6, 6), (-127, 127)):
+            B, K = 600, 2 * ins.k
+            a, b = _values(rng, fa_name, (B, K)), _values(rng, fb_name, (B, K))
+            c = _values(rng, "float32", (B, 1))[:, 0]
+            sa = 2.0 ** rng.integers(lo, hi + 1, (B, K // 32)).astype(float)
+            sb = 2.0 ** rng.integers(lo, hi + 1, (B, K // 32)).astype(float)
+            kw = dict(
+                fa=get_format(fa_name),
+                fb=get_format(fb_name),
+                fs=ue8m0,
+                L=ins.block,
+                F=ins.frac_bits,
+                e_zero=ins.e_zero,
+                result=result,
+            )
+            fast = fused.st_fdpa(a, b, c, sa, sb, **kw)
+            with monkeypatch.context() as m:
+                m.setattr(fused, "plan", lambda *args, **kwargs: None)  # the block route
+                slow = fused.st_fdpa(a, b, c, sa, sb, **kw)
+            ok = _same(fast, slow)
+            assert ok.all(), (name, fa_name, fb_name, lo, np.flatnonzero(~ok)[:5])
+
+
+@pytest.mark.parametrize("name", ["cdna3.mfma.f16.f32", "cdna3.mfma.fp8.f32"])
+def test_amd_matrix_route_equals_dot_route(name: str) -> None:
+    """CDNA3 ``mma`` on matrices (BLAS label maxima, int32 sums) equals the same products
+    computed as independent dot products (``dpa`` on every (m, n))."""
+    ins = INSTRUCTIONS[name]
+    rng = np.random.default_rng(zlib.crc32(name.encode()))
+    fmt = ins.inputs[0]
+    src = {"float8_e4m3fnuz": "float8_e4m3fn"}.get(fmt, fmt)
+    for k in ins.shapes:
+        M, K, N = 37, 3 * k, 29
+        a = _values(rng, src, (M, K))
+        b = _values(rng, src, (K, N))
+        c = _values(rng, "float32", (M, N))
+        a, b, c = (np.where(np.isfinite(x) & (np.abs(x) < 2.0**64), x, 0.0) for x in (a, b, c))
+        if fmt != src:
+            a, b = a / 2, b / 2
+        d = mma(a, b, c, instruction=name, k=k)
+        ref = dpa(
+            np.repeat(a, N, axis=0), np.tile(b.T, (M, 1)), c.reshape(-1), instruction=name, k=k
+        ).reshape(M, N)
+        assert _same(d, ref).all(), (name, k, np.argwhere(~_same(d, ref))[:3])

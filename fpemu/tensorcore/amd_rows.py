@@ -23,9 +23,17 @@ from __future__ import annotations
 import numpy as np
 
 from fpemu.backend import xp
-from fpemu.formats import Format
+from fpemu.formats import Format, get_format
 from fpemu.tensorcore import amd
-from fpemu.tensorcore.block import F64, labels
+from fpemu.tensorcore.block import (
+    F64,
+    FP32_TRUNC,
+    BlockSpec,
+    _label_powers,
+    _max_product_labels,
+    _narrow_products,
+    labels,
+)
 from fpemu.tensorcore.rows import _power, plan, powers
 
 #: Products per row tile.
@@ -174,4 +182,54 @@ def _exact_rn32(terms: list[F64]) -> F64:
     h = np_.where(odd, np_.nextafter(h, np_.copysign(np_.inf, rest)), h)
     h = np_.where(h == 0, expansion[-1], h)  # every component zero: the sum's own zero
     out: F64 = h.astype(np.float32).astype(np.float64)
+    return out
+
+
+def tr_fdpa_matrix(a: F64, b: F64, c: F64, *, L: int, fa: Format, fb: Format,
+                   split: bool) -> F64 | None:  # fmt: skip
+    """``D = A @ B + C`` under CDNA3 TR/GTR-FDPA for inputs with at most 5 exponent bits.
+
+    Stage 1 per block and (m, n), as in :func:`fpemu.tensorcore.block.chain_blocks`: the
+    largest product label from one BLAS product of powers of two
+    (:func:`~fpemu.tensorcore.block._label_powers`), then the products cut at ``2**(e - 24)``
+    and summed in int32 (:func:`~fpemu.tensorcore.block._narrow_products`: exact, below
+    ``2**30``). Stage 2 is :func:`amd._stage2` on every (m, n). Returns None where this route
+    does not apply (wider exponents, a K that is not a multiple of ``L``, NaN or infinity):
+    the caller then takes the dot-product route.
+    """
+    np_ = xp(a, b, c)
+    (M, K), N = a.shape, b.shape[1]
+    ebits = max(fa.ebits, fb.ebits)
+    if ebits > 5 or K % L or not all(bool(np_.isfinite(x).all()) for x in (a, b, c)):
+        return None
+    powers(a, fa, "a")
+    powers(b, fb, "b")
+    powers(np_.ascontiguousarray(c), get_format("float32"), "c")
+    spec = BlockSpec(n=L, frac_bits=24, result=FP32_TRUNC)
+    la = labels(a, fa, zeros="floor", check=False)[None]
+    lb = labels(b, fb, zeros="floor", check=False)[None]
+    aT = a.T[None]
+    out: F64 = np_.empty((M, N))
+    rows = max(1, min(M, TILE // 4 // max(N, 1)))
+    groups = [(0, 2), (1, 2)] if split else [(0, 1)]
+    for r0 in range(0, M, rows):
+        r1 = min(M, r0 + rows)
+        d = np_.array(c[r0:r1], dtype=np_.float64).reshape(-1)
+        for k0 in range(0, K, L):
+            parts = []
+            for first, step in groups:
+                ks = slice(k0 + first, k0 + L, step)
+                pw = _label_powers(la[:, r0:r1, ks], lb[:, ks], ebits, spec, get_format("float32"))
+                top = _max_product_labels(*pw)[0].astype(np.int32)
+                total = _narrow_products(aT[:, ks, r0:r1], b[None, ks], 24 - top[None])[0]
+                parts.append((total.reshape(-1) * 2.0**-24, top.reshape(-1)))
+            if split:
+                (se, ee), (so, eo) = parts
+                e_dot = np_.maximum(ee, eo)
+                s_dot = (np_.floor(np_.ldexp(se, ee - e_dot + 24))
+                         + np_.floor(np_.ldexp(so, eo - e_dot + 24))) * 2.0**-24  # fmt: skip
+            else:
+                s_dot, e_dot = parts[0]
+            d = amd._stage2(s_dot, e_dot, d, drop_far_c=split)
+        out[r0:r1] = d.reshape(r1 - r0, N)
     return out

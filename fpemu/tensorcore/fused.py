@@ -74,8 +74,10 @@ def t_fdpa(a: F64, b: F64, c: F64, *, fa: Format, fb: Format, fc: Format, L: int
         shift: (B, K) int exponents added to each product's value and label (block scales),
             or None.
     """
-    if shift is None and plan(fa, fb, L, e_zero) is not None:
-        return t_fdpa_rows(a, b, c, fa=fa, fb=fb, fc=fc, L=L, F=F, e_zero=e_zero, result=result)
+    top = 0 if shift is None else int(xp(shift).asarray(shift).max(initial=0))
+    if plan(fa, fb, L, e_zero, shift=top) is not None:
+        return t_fdpa_rows(a, b, c, fa=fa, fb=fb, fc=fc, L=L, F=F, e_zero=e_zero, result=result,
+                           shift=shift)  # fmt: skip
     return _t_fdpa_blocks(a, b, c, fa=fa, fb=fb, fc=fc, L=L, F=F, e_zero=e_zero, result=result,
                           shift=shift)  # fmt: skip
 

@@ -26,7 +26,7 @@ from fpemu.backend import xp
 from fpemu.formats import Format, FormatLike, get_format
 from fpemu.rounding import round as fround
 from fpemu.tensorcore import amd, fused
-from fpemu.tensorcore.amd_rows import e_fdpa_rows, tr_fdpa_rows
+from fpemu.tensorcore.amd_rows import e_fdpa_rows, tr_fdpa_matrix, tr_fdpa_rows
 from fpemu.tensorcore.block import (
     E8M13,
     F64,
@@ -220,6 +220,12 @@ def mma(
             zero_floor=ins.e_zero,
         )
         return chain_blocks(a, b, c, spec=spec, fmt=fa, c_fmt=fc, b_fmt=fb)  # fmt: skip
+    if ins.algorithm in ("tr-fdpa", "gtr-fdpa"):  # a matrix route for narrow inputs
+        fa, fb, _ = _fmts(ins, a_fmt, b_fmt, c_fmt)
+        d = tr_fdpa_matrix(a, b, c, L=ins.fused(_shape_k(ins, k)), fa=fa, fb=fb,
+                           split=ins.algorithm == "gtr-fdpa")  # fmt: skip
+        if d is not None:
+            return d
     kw: dict[str, Any] = dict(instruction=ins, a_fmt=a_fmt, b_fmt=b_fmt, c_fmt=c_fmt,
                               scale_fmt=scale_fmt, k=k)  # fmt: skip
     out = np_.empty((M, N))

@@ -54,11 +54,12 @@ _ABS = np.uint64(0x7FFF_FFFF_FFFF_FFFF)
 _EXP = np.uint64(0x7FF0_0000_0000_0000)
 
 
-def plan(fa: Format, fb: Format, L: int, e_zero: int) -> tuple[int, int] | None:
+def plan(fa: Format, fb: Format, L: int, e_zero: int, *, shift: int = 0) -> tuple[int, int] | None:
     """``(W, off)`` of the label sum for these operand formats, or None if no W fits.
 
-    Every label that can be the maximum lies in ``[e_zero, fa.emax + fb.emax]``; each must give
-    a normal float64 term ``2**(W * (l - off))`` with room for ``L`` of them below 2**1024.
+    Every label that can be the maximum lies in ``[e_zero, fa.emax + fb.emax + shift]``
+    (``shift``: the largest block-scale exponent added to a product); each must give a normal
+    float64 term ``2**(W * (l - off))`` with room for ``L`` of them below 2**1024.
 
     >>> from fpemu.formats import get_format
     >>> plan(get_format("bfloat16"), get_format("bfloat16"), 16, -133)
@@ -67,7 +68,7 @@ def plan(fa: Format, fb: Format, L: int, e_zero: int) -> tuple[int, int] | None:
     W = max(1, L.bit_length())  # L < 2**W
     if W > 6:
         return None
-    top = fa.emax + fb.emax
+    top = fa.emax + fb.emax + shift
     off = top + 1 - 1023 // W
     off = max(off, 0)
     if W * (e_zero - off) < -1022 or W * (top - off + 1) > 1023:
@@ -133,15 +134,17 @@ def powers(x: F64, fmt: Format, arg: str) -> tuple[F64, bool, Any]:
 
 
 def t_fdpa_rows(a: F64, b: F64, c: F64, *, fa: Format, fb: Format, fc: Format, L: int, F: int,
-                e_zero: int, result: ResultFormat) -> F64:  # fmt: skip
+                e_zero: int, result: ResultFormat, shift: Any = None) -> F64:  # fmt: skip
     """T-FDPA of (B, K) dot products, blocks of ``L`` chained, as :func:`fused.t_fdpa`.
+
+    ``shift``: (B, K) int exponents added to each product's value and label (block scales).
 
     Raises:
         ValueError: inputs not exact in their formats, or formats this route cannot label
             (:func:`plan` returns None: use :func:`fpemu.tensorcore.fused.t_fdpa`).
     """
     np_ = xp(a, b, c)
-    p_ = plan(fa, fb, L, e_zero)
+    p_ = plan(fa, fb, L, e_zero, shift=0 if shift is None else int(shift.max(initial=0)))
     if p_ is None:
         raise ValueError(f"no label plan for {fa.name} x {fb.name}, L={L}")
     W, off = p_
@@ -150,18 +153,21 @@ def t_fdpa_rows(a: F64, b: F64, c: F64, *, fa: Format, fb: Format, fc: Format, L
     if K != nb * L:  # zero products are neutral: pad the last block
         pad = ((0, 0), (0, nb * L - K))
         a, b = np_.pad(a, pad), np_.pad(b, pad)
+        shift = None if shift is None else np_.pad(shift, pad)
     out: F64 = np_.empty(B)
     R = max(1, TILE // (nb * L))
     ones = np_.ones(L)
     for r0 in range(0, B, R):
         r1 = min(B, r0 + R)
         out[r0:r1] = _tile(a[r0:r1], b[r0:r1], np_.asarray(c[r0:r1], np_.float64), fa, fb, fc,
-                           L, F, e_zero, result, W, off, ones)  # fmt: skip
+                           L, F, e_zero, result, W, off, ones,
+                           None if shift is None else shift[r0:r1])  # fmt: skip
     return out
 
 
 def _tile(a: F64, b: F64, c: F64, fa: Format, fb: Format, fc: Format, L: int, F: int,
-          e_zero: int, result: ResultFormat, W: int, off: int, ones: F64) -> F64:  # fmt: skip
+          e_zero: int, result: ResultFormat, W: int, off: int, ones: F64,
+          shift: Any) -> F64:  # fmt: skip
     np_ = xp(a)
     n, K = a.shape
     nb = K // L
@@ -175,6 +181,10 @@ def _tile(a: F64, b: F64, c: F64, fa: Format, fb: Format, fc: Format, L: int, F:
         # 2**(W * (e_a + e_b - off)) of each product, 0 for a zero factor (inf/NaN where an
         # operand is not finite: those rows are overwritten by specials).
         qa *= qb
+        if shift is not None:  # block scales: powers of two on values and labels
+            ps = np_.ldexp(1.0, shift)
+            p *= ps
+            qa *= ps
         if off:
             qa *= 2.0**-off
         s = _power(qa, W).reshape(n * nb, L) @ ones
@@ -187,6 +197,8 @@ def _tile(a: F64, b: F64, c: F64, fa: Format, fb: Format, fc: Format, L: int, F:
         r, k = flat // K, flat % K
         lab = (labels(a0[r, k], fa, zeros="floor", check=False).astype(np.int32)
                + labels(b0[r, k], fb, zeros="floor", check=False))  # fmt: skip
+        if shift is not None:
+            lab += shift[r, k]
         np_.maximum.at(top, (r, k // L), lab)
     p3 = p.reshape(n, nb, L)
     d = c
