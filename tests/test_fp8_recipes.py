@@ -50,9 +50,10 @@ def te_delayed_trace(amaxes, fp8_max, n, algo, margin):  # type: ignore[no-untyp
         used = scale  # the scale step t quantizes with: from steps <= t-1
         hist[0] = rn32(cur)
         last = hist[0]
-        if last != 0:  # NaN != 0 is True: NaN rolls in, and max() sees it
+        if last != 0:  # NaN != 0 is True: NaN rolls in
             window = [*hist[1:], last]
-            a = math.nan if any(math.isnan(v) for v in window) else max(window)
+            # fmaxf reduction from 0 (TE delayed_scaling.cu kernel_bulk): NaN entries skipped
+            a = max([0.0, *(v for v in window if not math.isnan(v))])
             hist = [0.0, *hist[2:], last] if n > 1 else [0.0]
             amax = a if algo == "max" else last
         else:
@@ -261,8 +262,9 @@ def test_bad_role_specs_and_names() -> None:
         RoleSpec("e4m3", "tensor", "amax")
     with pytest.raises(ValueError, match="recipe='te_fast'; accepted: deepseek_v3"):
         get_recipe("te_fast")
-    with pytest.raises(ValueError, match=r"deepseek_v3.*weight block128x128/deepseek"):
-        fp8_linear(Tensor(np.ones((2, 4))), Tensor(np.ones((3, 4))), recipe="deepseek_v3")
+    delayed_rows = get_recipe("te_delayed", input=RoleSpec("e4m3", "row", "te_delayed"))
+    with pytest.raises(ValueError, match=r"te_delayed.*input row/te_delayed"):
+        fp8_linear(Tensor(np.ones((2, 4))), Tensor(np.ones((3, 4))), recipe=delayed_rows)
     with pytest.raises(ValueError, match="state belongs to recipe 'te_current'"):
         fp8_linear(Tensor(np.ones((2, 4))), Tensor(np.ones((3, 4))), recipe="te_delayed",
                    state=FP8State("te_current"))  # fmt: skip
@@ -362,8 +364,10 @@ def test_cli_train_recipe(capsys: pytest.CaptureFixture[str]) -> None:
                  "--no-progress"]) == 0  # fmt: skip
     out = capsys.readouterr().out
     assert "FP8 recipe te_delayed" in out and "grad_output" in out
-    assert main(["train", "--recipe", "deepseek_v3"]) == 2
-    assert "--recipe deepseek_v3: unknown recipe; accepted: fp8_noscale" in capsys.readouterr().err
+    assert main(["train", "--recipe", "te_fast"]) == 2
+    err = capsys.readouterr().err
+    assert "--recipe te_fast: unknown recipe; accepted: fp8_noscale" in err
+    assert all(n in err for n in ("te_blockwise", "deepseek_v3", "torchao_rowwise"))
     assert main(["train", "--recipe", "te_current", "--policy", "torch_cuda_bf16"]) == 2
     assert "--policy torch_cuda_bf16: --recipe runs under fp32" in capsys.readouterr().err
 
@@ -401,3 +405,25 @@ def test_nvfp4_layer_trains_and_records() -> None:
     assert losses[-1] < losses[0]
     rec = m.layers[0].state.records[-1]  # type: ignore[attr-defined]
     assert set(rec) == {"input", "weight", "grad_output"} and math.isnan(rec["input"]["scale"])
+
+
+def test_delayed_nan_amax_in_history() -> None:
+    """A NaN amax rolls into the history; TE's fused kernel reduces the window with fmaxf
+    (delayed_scaling.cu kernel_bulk), so 'max' still scales from the finite entries, while
+    'most_recent' and the unfused torch.max path keep the old scale (fp8-mx.md §4.1)."""
+    from fpemu.quant import te_delayed_update  # noqa: PLC0415
+
+    h = np.array([[math.nan], [0.0], [8.0]], np.float32)  # row 0: the NaN just measured
+    new_h, s = te_delayed_update(h, np.float32([3.0]), "e4m3")
+    assert np.isnan(new_h[2, 0]) and new_h[1, 0] == 8.0 and s[0] == 56.0  # 448 / 8
+    _, s = te_delayed_update(h, np.float32([3.0]), "e4m3", fused=False)
+    assert s[0] == 3.0
+    _, s = te_delayed_update(h, np.float32([3.0]), "e4m3", algo="most_recent")
+    assert s[0] == 3.0
+    # through the layer the tensor amax itself drops NaN elements (fmaxf): an all-NaN tensor
+    # measures 0, which skips the roll
+    st = FP8State("te_delayed")
+    x = Tensor(np.full((2, 4), np.nan, np.float32))
+    with np.errstate(invalid="ignore"):
+        fp8_linear(x, Tensor(np.ones((3, 4), np.float32)), None, recipe="te_delayed", state=st)
+    assert st.history["input"][0] == 0.0

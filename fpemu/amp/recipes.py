@@ -10,7 +10,9 @@ for the forward tensors and E5M2 for gradients (fp8-mx.md §4.1).
 "Cannot hold gradients" (validation): a per-tensor (``tensor``/``row``) gradient format with
 no scaling (``scale_rule="none"``) must have E5M2's range; unscaled E4M3 (max 448, smallest
 subnormal 2**-9) loses typical gradients (1e-4 .. 1e-6) to underflow, so it is rejected. An
-MX/NVFP4 granularity needs the element format its block format defines.
+MX/NVFP4 granularity needs the element format its block format defines (``nvfp4_2d``: NVFP4
+with 16x16 tiles, for weights, fp8-mx.md §3.4). ``wgrad_rht`` (the Hadamard transform of the
+wgrad operands, §3.5) needs NVFP4 input and grad_output.
 
 >>> r = get_recipe("te_delayed")
 >>> r.input.fmt, r.grad_output.fmt, r.amax_history_len, r.fprop, r.dgrad
@@ -26,12 +28,12 @@ from dataclasses import dataclass, replace
 
 from fpemu.formats import get_format
 
-GRANULARITIES = ("tensor", "row", "block1x128", "block128x128", "mx", "nvfp4")
+GRANULARITIES = ("tensor", "row", "block1x128", "block128x128", "mx", "nvfp4", "nvfp4_2d")
 SCALE_RULES = ("none", "te_delayed", "te_current", "torchao", "deepseek", "mx", "nvfp4")
 AMAX_ALGOS = ("max", "most_recent")
 ACCUMULATIONS = ("fast", "split")
 _FP8 = ("float8_e4m3fn", "float8_e5m2")
-_BLOCK_ELEMENT = {"mx": _FP8, "nvfp4": ("float4_e2m1fn",)}
+_BLOCK_ELEMENT = {"mx": _FP8, "nvfp4": ("float4_e2m1fn",), "nvfp4_2d": ("float4_e2m1fn",)}
 
 
 @dataclass(frozen=True)
@@ -68,7 +70,8 @@ class Recipe:
 
     ``fprop``/``dgrad``/``wgrad``: ``"fast"`` (one tensor-core chain over K) or ``"split"``
     (promote to FP32 every 128 elements of K), fp8-mx.md §4.4. ``master``: master weight
-    format (float32 or bfloat16).
+    format (float32 or bfloat16). ``wgrad_rht``: random Hadamard transform of the wgrad
+    operands (NVFP4 only, fp8-mx.md §3.5).
     """
 
     name: str
@@ -83,6 +86,7 @@ class Recipe:
     dgrad: str = "split"
     wgrad: str = "split"
     master: str = "float32"
+    wgrad_rht: bool = False
 
     def __post_init__(self) -> None:
         n = self.amax_history_len
@@ -105,6 +109,12 @@ class Recipe:
         if master not in ("float32", "bfloat16"):
             raise ValueError(f"master={self.master!r}; accepted: float32, bfloat16")
         object.__setattr__(self, "master", master)
+        if not isinstance(self.wgrad_rht, bool):
+            raise TypeError(f"wgrad_rht={self.wgrad_rht!r}; accepted: True, False")
+        if self.wgrad_rht and not (self.input.granularity == self.grad_output.granularity
+                                   == "nvfp4"):  # fmt: skip
+            raise ValueError("wgrad_rht=True; accepted only with nvfp4 input and grad_output "
+                             "(TE's NVFP4 recipe, fp8-mx.md §3.5)")  # fmt: skip
         g = self.grad_output
         if g.scale_rule == "none" and g.granularity in ("tensor", "row") \
                 and g.fmt != "float8_e5m2":  # fmt: skip
@@ -147,12 +157,14 @@ RECIPES: dict[str, Recipe] = {
         *_all_e4m3("block128x128", "block1x128", "block1x128", "te_current", True),
         fprop="split",
     ),
-    # TE NVFP4: E2M1 in 16-blocks, 2-D 16x16 weight blocks, SR on gradients (§3.2, §3.4, §3.6).
+    # TE NVFP4BlockScaling defaults (§3.1): E2M1 in 16-blocks, 2-D 16x16 weight tiles (§3.4),
+    # SR on gradients (§3.6), RHT on the wgrad operands (§3.5); TE order of scales (§3.2).
     "te_nvfp4": Recipe(
         "te_nvfp4",
-        weight=RoleSpec("e2m1", "nvfp4", "nvfp4"),
+        weight=RoleSpec("e2m1", "nvfp4_2d", "nvfp4"),
         input=RoleSpec("e2m1", "nvfp4", "nvfp4"),
         grad_output=RoleSpec("e2m1", "nvfp4", "nvfp4", stochastic=True),
+        wgrad_rht=True,
     ),
     # torchao tensorwise: E4M3 input/weight, E5M2 grad_output, fast accum for fprop only (§4.3).
     "torchao_tensorwise": Recipe(

@@ -42,7 +42,7 @@ def _scaler(name: str) -> object:
     return name if name in _SPECIAL_SCALERS else get_scaler(name)
 
 
-#: Recipes ``--recipe`` runs (the FP8 layer's; row-wise and 1x128 blockwise are data only so far).
+#: Recipes ``--recipe`` runs: every recipe the FP8 layer supports (:func:`fpemu.nn.fp8.supported`).
 _RECIPES = [n for n in RECIPES if supported(n)]
 
 

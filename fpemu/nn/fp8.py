@@ -18,10 +18,11 @@ Scales (per tensor, this module; rules from :mod:`fpemu.quant.tensor_scaling`):
 
 ``recipe=None`` runs the same code with quantization off and float64 GEMMs (the reference the
 gradient tests use). MX (``te_mxfp8``: E8M0 scales per 32, RCEIL rule) and NVFP4
-(``te_nvfp4``: 1-D 16-blocks, stochastic rounding of grad_output) quantize each GEMM operand
-along that GEMM's K with :func:`fpemu.quant.quantize`; their records carry ``scale`` NaN (one
-scale per block). Row-wise and 1x128/128x128 blockwise recipes (``torchao_rowwise``,
-``te_blockwise``, ``deepseek_v3``) are data only so far: they raise ValueError here.
+(``te_nvfp4``: 16-blocks, 16x16 weight tiles, stochastic rounding of grad_output, Hadamard
+transform of the wgrad operands) run in :mod:`fpemu.nn.fp8_block`; their records carry
+``scale`` NaN (one scale per block). Row-wise and 1x128/128x128 blockwise recipes
+(``torchao_rowwise``, ``te_blockwise``, ``deepseek_v3``) run in :mod:`fpemu.nn.fp8_scaled`
+(records: ``scale`` NaN).
 
 >>> import numpy as np
 >>> st = FP8State("te_current")
@@ -39,87 +40,22 @@ from typing import Any
 
 import numpy as np
 
-from fpemu.amp.recipes import Recipe, RoleSpec, get_recipe
+from fpemu.amp.recipes import Recipe, get_recipe
 from fpemu.formats import get_format
+from fpemu.nn.fp8_block import BLOCK_GRANS, block_linear
+from fpemu.nn.fp8_scaled import runs as runs_scaled
+from fpemu.nn.fp8_scaled import scaled_linear
+from fpemu.nn.fp8_state import ROLES, FP8State
 from fpemu.nn.modules import MLP, Linear
 from fpemu.nn.tensor import Tensor, round_to
-from fpemu.quant import (
-    Quantized,
-    dequantize,
-    quantize,
-    quantize_fp8,
-    scaled_matmul,
-    te_delayed_update,
-    te_scale,
-    torchao_scale,
-)
+from fpemu.quant import quantize_fp8, scaled_matmul
 from fpemu.tensorcore.arch import get_arch
 from fpemu.tensorcore.block import chain_blocks
 
 F32 = np.float32
-ROLES = ("input", "weight", "grad_output")
+__all__ = ["ROLES", "FP8Linear", "FP8State", "fp8_linear", "fp8_mlp", "supported"]
 _PATHS = ("none", "te_delayed", "te_current", "torchao")
-_BLOCK = ("mx", "nvfp4")
-
-
-class FP8State:
-    """Mutable per-tensor state of one FP8 layer: amax histories, scales, per-step records.
-
-    ``history[role]`` is float32 (amax_history_len,) with slot 0 the amax being measured;
-    ``scale[role]`` float32 (init 1, TE). ``records`` holds one dict per forward+backward:
-    role -> amax, scale, saturated, flushed, subnormal (fractions of the tensor's elements).
-    """
-
-    def __init__(self, recipe: Recipe | str) -> None:
-        self.recipe = get_recipe(recipe)
-        n = self.recipe.amax_history_len
-        self.history = {r: np.zeros(n, F32) for r in ROLES}
-        self.scale = {r: F32(1.0) for r in ROLES}
-        self.records: list[dict[str, dict[str, float]]] = []
-        #: role -> (quantized values, scale) of the latest quantize (for inspection and tests)
-        self.last: dict[str, tuple[Any, Any]] = {}
-        #: random bits of stochastic rounding (NVFP4 gradients), seeded for reproducibility
-        self.rng = np.random.default_rng(0)
-
-    def scale_for(self, role: str, amax: Any) -> Any:
-        """The scale this recipe uses to quantize ``role`` whose current amax is ``amax``."""
-        spec: RoleSpec = self.recipe.roles()[role]
-        fmt, r = spec.fmt, self.recipe
-        if spec.scale_rule == "none":
-            return F32(1.0)
-        if spec.scale_rule == "te_delayed":
-            self.history[role][0] = F32(amax)  # the quantize kernel writes history row 0 (§4.1)
-            return self.scale[role]
-        if spec.scale_rule == "te_current":
-            return F32(te_scale(np.float32(amax), fmt, margin=int(r.margin), power_2=spec.power_2,
-                                epsilon=r.epsilon))  # fmt: skip
-        return F32(torchao_scale(np.float32(amax), fmt, power_of_2=spec.power_2))
-
-    def update(self) -> None:
-        """TE's delayed-scaling update after the step (§4.1): roll histories, new scales."""
-        for role, spec in self.recipe.roles().items():
-            if spec.scale_rule != "te_delayed":
-                continue
-            h, s = te_delayed_update(self.history[role][:, None], np.array([self.scale[role]], F32),
-                                     spec.fmt, margin=int(self.recipe.margin),
-                                     algo=self.recipe.amax_compute_algo)  # fmt: skip
-            self.history[role], self.scale[role] = h[:, 0].astype(F32), F32(s[0])
-
-    def _record(self, role: str, amax: Any, scale: Any, x: Any, q: Any) -> None:
-        f = get_format(self.recipe.roles()[role].fmt)
-        with np.errstate(all="ignore"):
-            y = np.abs(np.asarray(x, F32) * F32(scale))
-        nz = x != 0
-        n = max(x.size, 1)
-        if role == "input":  # the forward's first quantize opens the step's record
-            self.records.append({})
-        self.records[-1][role] = {
-            "amax": float(amax),
-            "scale": float(scale),
-            "saturated": float(np.count_nonzero(y > f.max)) / n,
-            "flushed": float(np.count_nonzero(nz & (q == 0))) / n,
-            "subnormal": float(np.count_nonzero((q != 0) & (np.abs(q) < f.tiny))) / n,
-        }
+_BLOCK = BLOCK_GRANS
 
 
 def _amax(x: Any, rule: str) -> Any:
@@ -168,14 +104,17 @@ def _gemm(a: Any, fa: str, sa: Any, b: Any, fb: str, sb: Any, acc: str) -> Any:
 
 
 def supported(recipe: Recipe | str) -> bool:
-    """Whether :func:`fp8_linear` runs ``recipe`` (per-tensor rules, or MX/NVFP4 for all roles).
+    """Whether :func:`fp8_linear` runs ``recipe``: per-tensor rules, MX/NVFP4 for all roles, or
+    row-wise/blockwise FP8 (:mod:`fpemu.nn.fp8_scaled`).
 
     >>> supported("te_delayed"), supported("te_mxfp8"), supported("deepseek_v3")
-    (True, True, False)
+    (True, True, True)
     """
     r = get_recipe(recipe)
     grans = {spec.granularity for spec in r.roles().values()}
     if grans <= set(_BLOCK):
+        return True
+    if runs_scaled(r):
         return True
     return grans == {"tensor"} and all(v.scale_rule in _PATHS for v in r.roles().values())
 
@@ -197,12 +136,16 @@ def fp8_linear(x: Tensor, w: Tensor, b: Tensor | None = None, *, recipe: Recipe 
     if not supported(r):
         what = ", ".join(f"{k} {v.granularity}/{v.scale_rule}" for k, v in r.roles().items())
         raise ValueError(f"recipe={r.name!r} ({what}); fp8_linear runs: tensor granularity "
-                         f"with {', '.join(_PATHS)}, or mx/nvfp4 for all roles")  # fmt: skip
+                         f"with {', '.join(_PATHS)}; mx/nvfp4 for all roles; or one FP8 "
+                         "format with tensor/row/block1x128/block128x128 granularity and "
+                         "none/te_current/torchao/deepseek rules")  # fmt: skip
     state = FP8State(r) if state is None else state
     if state.recipe != r:
         raise ValueError(f"state belongs to recipe {state.recipe.name!r}, not {r.name!r}")
     if grans <= set(_BLOCK):
-        return _block_linear(x, w, b, r, state)
+        return block_linear(x, w, b, r, state)
+    if runs_scaled(r):
+        return scaled_linear(x, w, b, state)
     fx, fw, fg = r.input.fmt, r.weight.fmt, r.grad_output.fmt
     qx, sx = _quant(x.data, "input", state)
     qw, sw = _quant(w.data, "weight", state)
@@ -222,66 +165,6 @@ def fp8_linear(x: Tensor, w: Tensor, b: Tensor | None = None, *, recipe: Recipe 
         if b is not None and b.requires_grad:  # dbias from the unquantized dY, in FP32
             b.accumulate(np.sum(np.asarray(g, np.float64), axis=0).astype(F32))
         state.update()
-
-    out._backward = _backward
-    return out
-
-
-def _bq(x: Any, role: str, axis: int, state: FP8State, record: bool) -> Quantized:
-    """Quantize ``x`` along ``axis`` (the GEMM's K) to the role's MX/NVFP4 block format,
-    from the high-precision tensor (TE quantizes row- and column-wise copies that way, §5.2)."""
-    spec = state.recipe.roles()[role]
-    if spec.granularity == "nvfp4":
-        name = "nvfp4"
-    else:
-        name = "mxfp8_e4m3" if spec.fmt == "float8_e4m3fn" else "mxfp8_e5m2"
-    mode = "stochastic" if spec.stochastic else "rne"
-    xf = np.asarray(x, F32)
-    rule = "rceil" if spec.granularity == "mx" else None  # TE MXFP8 uses RCEIL (fp8-mx.md §2)
-    q = quantize(xf, name, axis=axis, mode=mode, rng=state.rng if spec.stochastic else None,
-                 pad=True, scale_rule=rule)  # fmt: skip
-    if record:
-        dq = np.asarray(dequantize(q))
-        el = np.moveaxis(np.moveaxis(q.elements, axis, -1)[..., : q.length], -1, axis)
-        f = q.block_format.element
-        n = max(xf.size, 1)
-        if role == "input":
-            state.records.append({})
-        state.records[-1][role] = {
-            "amax": float(_amax(xf, "te_current")),
-            "scale": float("nan"),  # one scale per block: see the Quantized for them
-            "saturated": float(np.count_nonzero((np.abs(el) == f.max) & (np.abs(xf) > np.abs(dq))))
-            / n,
-            "flushed": float(np.count_nonzero((xf != 0) & (dq == 0))) / n,
-            "subnormal": float(np.count_nonzero((el != 0) & (np.abs(el) < f.tiny))) / n,
-        }
-        state.last[role] = (q, None)
-    return q
-
-
-def _block_linear(x: Tensor, w: Tensor, b: Tensor | None, r: Recipe, state: FP8State) -> Tensor:
-    """MXFP8 / NVFP4: every GEMM operand quantized along that GEMM's K (§1.3, §3.4)."""
-    xd, wd = x.data, w.data
-    qx = _bq(xd, "input", 1, state, True)
-    qwt = _bq(np.asarray(wd).T, "weight", 0, state, True)
-    y = np.asarray(scaled_matmul(qx, qwt, accumulation=r.fprop)).astype(F32)
-    if b is not None:
-        y = (y + np.asarray(b.data, F32)).astype(F32)
-    out = Tensor.derived(y, get_format("float32"), (x, w) if b is None else (x, w, b), "fp8_linear")
-
-    def _backward() -> None:
-        g = out.grad
-        assert g is not None
-        if x.requires_grad:  # dgrad: dY (B, N) along N, W (N, K) along N
-            qg = _bq(g, "grad_output", 1, state, True)
-            x.accumulate(scaled_matmul(qg, _bq(wd, "weight", 0, state, False),
-                                       accumulation=r.dgrad))  # fmt: skip
-        if w.requires_grad:  # wgrad: dY.T (N, B) along B, X (B, K) along B
-            qgt = _bq(np.asarray(g).T, "grad_output", 1, state, not x.requires_grad)
-            w.accumulate(scaled_matmul(qgt, _bq(xd, "input", 0, state, False),
-                                       accumulation=r.wgrad))  # fmt: skip
-        if b is not None and b.requires_grad:
-            b.accumulate(np.sum(np.asarray(g, np.float64), axis=0).astype(F32))
 
     out._backward = _backward
     return out

@@ -86,7 +86,8 @@ def te_delayed_update(
     ``history`` is (length, n) float32 with row 0 the amax just measured. ``fused=True`` is
     TE's bulk kernel (a zero current amax skips the roll, fp8-mx.md §4.1); ``False`` the
     unfused Python path (always rolls). The scale keeps its old value where amax is 0 or not
-    finite.
+    finite. A NaN amax rolls into the history like any non-zero value; the fused ``max``
+    reduction skips it (``fmaxf``), the unfused one returns NaN (old scale kept).
 
     >>> h = np.array([[4.0], [0.0], [8.0]], np.float32)
     >>> new_h, s = te_delayed_update(h, np.float32([1.0]), "e4m3")
@@ -98,7 +99,11 @@ def te_delayed_update(
     if algo not in ("max", "most_recent"):
         raise ValueError(f"algo={algo!r}; accepted: max, most_recent")
     last = h[0]
-    window = np_.max(np_.concatenate([h[1:], last[None]]), axis=0)
+    win = np_.concatenate([h[1:], last[None]])
+    # NaN amax: the fused kernel reduces the window with fmaxf, which drops NaN operands (TE
+    # common/recipe/delayed_scaling.cu kernel_bulk; fp8-mx.md §4.1 is silent on NaN), so the
+    # other entries still give a scale; the unfused path's torch.max propagates it (scale kept)
+    window = np_.fmax.reduce(win, axis=0) if fused else np_.max(win, axis=0)
     # [:len]: a length-1 history rolls to [0] (torch.roll then hist[0] = 0), not [0, last]
     rolled = np_.concatenate([np_.zeros_like(h[:1]), h[2:], last[None]])[: h.shape[0]]
     roll = (last != 0) if fused else np_.ones_like(last, dtype=bool)
