@@ -235,3 +235,20 @@ def test_amd_matrix_route_equals_dot_route(name: str) -> None:
             np.repeat(a, N, axis=0), np.tile(b.T, (M, 1)), c.reshape(-1), instruction=name, k=k
         ).reshape(M, N)
         assert _same(d, ref).all(), (name, k, np.argwhere(~_same(d, ref))[:3])
+
+
+@pytest.mark.parametrize(("fmt", "bad"), [("float4_e2m1fn", 0.25), ("float4_e2m1fn", 6.5),
+                                          ("float16", 2.0**-25), ("float8_e4m3fn", 480.0),
+                                          ("bfloat16", 1 + 2.0**-8)])  # fmt: skip
+@pytest.mark.parametrize("dense", [False, True])
+def test_powers_refuse_inexact_values(fmt: str, bad: float, dense: bool) -> None:
+    """The bit-level exactness check, with few or many zeros and subnormals around."""
+    f = get_format(fmt)
+    x = np.ones(4096)
+    if dense:
+        x[::2] = 0.0
+        x[1::4] = 2.0**f.emin / 2  # subnormal in every format here
+    rows.powers(x, f, "a")  # exact: no error
+    x[77] = bad
+    with pytest.raises(ValueError, match=rf"^a holds values that are not exact in {fmt}"):
+        rows.powers(x, f, "a")

@@ -178,16 +178,30 @@ def gst_fdpa(a: F64, b: F64, c: F64, sa: F64, sb: F64, *, fs: Format, G: int, L:
     """
     np_ = xp(a, b, c)
     B, K = a.shape
+    R = max(1, 131072 // max(K, 1))  # row tiles: every value below stays in cache
+    if B > R:
+        out: F64 = np_.empty(B)
+        for r0 in range(0, B, R):
+            t = slice(r0, r0 + R)
+            out[t] = gst_fdpa(a[t], b[t], c[t], sa[t], sb[t], fs=fs, G=G, L=L, F=F,
+                              e_zero=e_zero, result=result)  # fmt: skip
+        return out
     per = K // sa.shape[-1]  # k per scale
     ga, la_s, na = scale_exponents(sa, fs, "scale_a")
     gb, lb_s, nb = scale_exponents(sb, fs, "scale_b")
     rep = per // G
     sig = np_.repeat(ga * gb, rep, axis=-1)  # (B, K / G)
     lab = np_.repeat(la_s + lb_s, rep, axis=-1)
-    p = (a * b).reshape(B, K // G, G)
-    allzero = (p == 0).all(axis=-1)
+    # Group sums and "all products zero" as BLAS products with ones (FP4 products are multiples
+    # of 1/4 below 36: every partial sum is exact, in any order); non-finite rows are
+    # overwritten by specials.
+    with np.errstate(invalid="ignore", over="ignore"):
+        p = (a * b).reshape(B * (K // G), G)
+        ones = np_.ones(G)
+        allzero = ((np_.abs(p) @ ones) == 0).reshape(B, K // G)
+        psum = (p @ ones).reshape(B, K // G)
     zero = allzero | (sig == 0)
-    v = np_.where(zero, 0.0, np_.ldexp(p.sum(axis=-1) * sig, np_.where(zero, 0, lab)))
+    v = np_.where(zero, 0.0, np_.ldexp(np_.where(zero, 0.0, psum) * sig, np_.where(zero, 0, lab)))
     lab = np_.where(zero, np.int32(-(2**20)), lab)
     nan = na.any(axis=-1) | nb.any(axis=-1)
     d = np_.asarray(c, dtype=np_.float64)

@@ -165,12 +165,12 @@ def _nvidia(ins: Instruction, a: F64, b: F64, c: F64, fa: Format, fb: Format, fc
         raise ValueError(f"scale_a and scale_b must have shape (B, K / block) with block in "
                          f"{allowed} for {fs.name} scales; got {sa.shape}, {sb.shape} for "
                          f"K={K}")  # fmt: skip
-    labels(c, fc, zeros="floor", arg="c")
+    powers(c, fc, "c")  # exactness checks from the bits
     if ins.algorithm == "st-fdpa":
         return fused.st_fdpa(a, b, c, sa, sb, fa=fa, fb=fb, fs=fs, L=L, F=ins.frac_bits,
                              e_zero=ins.e_zero, result=result)  # fmt: skip
-    labels(a, fa, zeros="floor", arg="a")
-    labels(b, fb, zeros="floor", arg="b")
+    powers(a, fa, "a")
+    powers(b, fb, "b")
     return fused.gst_fdpa(a, b, c, sa, sb, fs=fs, G=ins.group, L=L, F=ins.frac_bits,
                           e_zero=ins.e_zero, result=result)  # fmt: skip
 

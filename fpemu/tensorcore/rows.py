@@ -117,18 +117,32 @@ def powers(x: F64, fmt: Format, arg: str) -> tuple[F64, bool, Any]:
     tiny = np.uint64(np.float64(2.0**fmt.emin).view(np.uint64))
     sub = None
     if bool(q.min() < tiny):  # zeros or values subnormal in fmt
-        low_q = np_.flatnonzero(q < tiny)
-        sub = low_q[q.reshape(-1)[low_q] != 0]
-        if sub.size:
+        low = q < tiny
+        if np_.count_nonzero(low) * 32 > q.size:  # many (FP4, FP8 data): all at once
+            with np.errstate(over="ignore", invalid="ignore"):
+                t = x * 2.0 ** (fmt.mbits - fmt.emin)  # exact values: multiples of 2**(emin-m)
+                if bool(
+                    (t != np_.trunc(t)).any() and (np_.isfinite(t) & (t != np_.trunc(t))).any()
+                ):
+                    raise ValueError(
+                        f"{arg} holds values that are not exact in {fmt.name}; round them first"
+                    )
+            one = np.uint64(1)
+            q -= one  # a zero wraps to the top, is left there by the maximum and comes back
+            np_.maximum(q, tiny - one, out=q)
+            q += one
+        else:
+            idx = np_.flatnonzero(low)
+            sub = idx[q.reshape(-1)[idx] != 0]
             t = x.reshape(-1)[sub] * 2.0 ** (fmt.mbits - fmt.emin)  # multiples of 2**(emin-m)
             if bool((t != np_.trunc(t)).any()):
                 raise ValueError(
                     f"{arg} holds values that are not exact in {fmt.name}; round them first"
                 )
-        if sub.size * 256 > q.size:  # many (fp8 data): raise them to 2**emin here
-            q.reshape(-1)[sub] = tiny
-        if sub.size * 256 > q.size or not sub.size:
-            sub = None
+            if sub.size * 256 > q.size:  # raise these few hundred to 2**emin here
+                q.reshape(-1)[sub] = tiny
+            if sub.size * 256 > q.size or not sub.size:
+                sub = None
     out: F64 = q.view(np.float64)
     return out, finite, sub
 
