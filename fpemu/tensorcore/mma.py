@@ -33,7 +33,6 @@ from fpemu.tensorcore.block import (
     BlockSpec,
     ResultFormat,
     chain_blocks,
-    labels,
 )
 from fpemu.tensorcore.instructions import INSTRUCTIONS, Instruction, get_instruction
 from fpemu.tensorcore.rows import powers

@@ -117,10 +117,10 @@ def powers(x: F64, fmt: Format, arg: str) -> tuple[F64, bool, Any]:
     tiny = np.uint64(np.float64(2.0**fmt.emin).view(np.uint64))
     sub = None
     if bool(q.min() < tiny):  # zeros or values subnormal in fmt
-        low = q < tiny
-        if np_.count_nonzero(low) * 32 > q.size:  # many (FP4, FP8 data): all at once
+        small = q < tiny
+        if np_.count_nonzero(small) * 32 > q.size:  # many (FP4, FP8 data): all at once
             with np.errstate(over="ignore", invalid="ignore"):
-                t = x * 2.0 ** (fmt.mbits - fmt.emin)  # exact values: multiples of 2**(emin-m)
+                t = np_.ldexp(x, fmt.mbits - fmt.emin)  # exact values: multiples of 2**(emin-m)
                 if bool(
                     (t != np_.trunc(t)).any() and (np_.isfinite(t) & (t != np_.trunc(t))).any()
                 ):
@@ -132,9 +132,10 @@ def powers(x: F64, fmt: Format, arg: str) -> tuple[F64, bool, Any]:
             np_.maximum(q, tiny - one, out=q)
             q += one
         else:
-            idx = np_.flatnonzero(low)
+            idx = np_.flatnonzero(small)
             sub = idx[q.reshape(-1)[idx] != 0]
-            t = x.reshape(-1)[sub] * 2.0 ** (fmt.mbits - fmt.emin)  # multiples of 2**(emin-m)
+            with np.errstate(over="ignore"):
+                t = np_.ldexp(x.reshape(-1)[sub], fmt.mbits - fmt.emin)  # multiples of 2**(emin-m)
             if bool((t != np_.trunc(t)).any()):
                 raise ValueError(
                     f"{arg} holds values that are not exact in {fmt.name}; round them first"
