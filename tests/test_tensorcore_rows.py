@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from fpemu.formats import get_format
-from fpemu.tensorcore import amd, amd_rows, fused, rows
+from fpemu.tensorcore import amd, amd_rows, exact, fused, rows
 from fpemu.tensorcore.instructions import INSTRUCTIONS
 from fpemu.tensorcore.mma import _RESULT, dpa, mma
 
@@ -248,7 +248,7 @@ def test_powers_refuse_inexact_values(fmt: str, bad: float, dense: bool) -> None
     if dense:
         x[::2] = 0.0
         x[1::4] = 2.0**f.emin / 2  # subnormal in every format here
-    rows.powers(x, f, "a")  # exact: no error
+    exact.powers(x, f, "a")  # exact: no error
     x[77] = bad
     with pytest.raises(ValueError, match=rf"^a holds values that are not exact in {fmt}"):
-        rows.powers(x, f, "a")
+        exact.powers(x, f, "a")

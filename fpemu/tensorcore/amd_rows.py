@@ -34,7 +34,8 @@ from fpemu.tensorcore.block import (
     _narrow_products,
     labels,
 )
-from fpemu.tensorcore.rows import _power, plan, powers
+from fpemu.tensorcore.exact import powers
+from fpemu.tensorcore.rows import _power, plan
 
 #: Products per row tile.
 TILE = 131072

@@ -43,6 +43,7 @@ from numpy.typing import NDArray
 from fpemu.backend import xp
 from fpemu.formats import Format, get_format
 from fpemu.rounding import round as fround
+from fpemu.tensorcore.exact import check_exact
 
 F64 = NDArray[np.float64]
 Labels = NDArray[np.int16]
@@ -287,10 +288,11 @@ def chain_blocks(
     c_fmt = (get_format("float32") if res.ebits == 8 else res) if c_fmt is None else c_fmt
     batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
     shape = (*batch, a.shape[-2], b.shape[-1])
-    la = labels(a, fmt, zeros=spec.zeros, arg="a")
     b_fmt = fmt if b_fmt is None else b_fmt
-    lb = labels(b, b_fmt, zeros=spec.zeros, arg="b")
-    labels(c, c_fmt, zeros=spec.zeros, arg="c")  # validates c
+    for x, f, arg in ((a, fmt, "a"), (b, b_fmt, "b"), (c, c_fmt, "c")):
+        check_exact(x, f, arg)  # from the bits: cheaper than rounding every operand
+    la = labels(a, fmt, zeros=spec.zeros, check=False)
+    lb = labels(b, b_fmt, zeros=spec.zeros, check=False)
     M, K, N = shape[-2], a.shape[-1], shape[-1]
 
     def flat(x: Any, rows: int, cols: int) -> Any:
@@ -349,7 +351,8 @@ def _label_powers(la: Labels, lb: Labels, ebits: int, spec: BlockSpec, c_fmt: Fo
 def _max_product_labels(pa: F64, pb: F64) -> Labels:
     """The largest ``la[m, k] + lb[k, n]`` of a block from its :func:`_label_powers`."""
     np_ = xp(pa)
-    s = np_.matmul(pa, pb)
+    # A column slice of pa is strided: NumPy hands only contiguous operands to the BLAS.
+    s = np_.matmul(np_.ascontiguousarray(pa), pb)
     top = (_high_halves(s) >> np.uint16(4 + _W.bit_length() - 1)).view(np.int16)
     top -= 1024 // _W
     out: Labels = top

@@ -34,8 +34,8 @@ from fpemu.tensorcore.block import (
     ResultFormat,
     chain_blocks,
 )
+from fpemu.tensorcore.exact import powers
 from fpemu.tensorcore.instructions import INSTRUCTIONS, Instruction, get_instruction
-from fpemu.tensorcore.rows import powers
 
 _RESULT = {
     "rz-fp32": ResultFormat(get_format("float32"), "rtz"),

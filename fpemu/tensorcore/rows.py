@@ -47,11 +47,10 @@ from fpemu.tensorcore.block import (
     labels,
     round_block,
 )
+from fpemu.tensorcore.exact import powers
 
 #: Products per row tile (float64 tiles of 256 KiB stay in L2 with their temporaries).
 TILE = 131072
-_ABS = np.uint64(0x7FFF_FFFF_FFFF_FFFF)
-_EXP = np.uint64(0x7FF0_0000_0000_0000)
 
 
 def plan(fa: Format, fb: Format, L: int, e_zero: int, *, shift: int = 0) -> tuple[int, int] | None:
@@ -77,75 +76,6 @@ def plan(fa: Format, fb: Format, L: int, e_zero: int, *, shift: int = 0) -> tupl
     if -(1023 // W) - 1 + off >= e_zero:
         return None
     return W, off
-
-
-def powers(x: F64, fmt: Format, arg: str) -> tuple[F64, bool, Any]:
-    """``2**e`` of each value (``e`` its float64 exponent; 0 for a zero), after checking ``x``
-    exact in ``fmt``.
-
-    Returns the powers (float64, ``inf`` where ``x`` is not finite), whether every value is
-    finite, and the flat indices of the values subnormal in ``fmt`` (whose label is
-    ``fmt.emin``, above their exponent), or None if there are none. Where they are more than
-    one in 256, their powers are raised to ``2**fmt.emin`` instead and None is returned.
-
-    Raises:
-        ValueError: a finite value not exact in ``fmt`` (naming ``arg``).
-
-    >>> from fpemu.formats import get_format
-    >>> x = np.array([3.0, 2.0**-15, 0.0, -0.5] + [1.0] * 1020)
-    >>> q, finite, sub = powers(x, get_format("float16"), "a")
-    >>> q[:4].tolist(), finite, sub.tolist()  # one subnormal in 1024: its index
-    ([2.0, 3.0517578125e-05, 0.0, 0.5], True, [1])
-    >>> powers(x[:4], get_format("float16"), "a")[0].tolist()  # many: raised to 2**emin
-    [2.0, 6.103515625e-05, 0.0, 0.5]
-    >>> powers(np.array([1.0 + 2.0**-11]), get_format("float16"), "a")
-    Traceback (most recent call last):
-    ValueError: a holds values that are not exact in float16; round them first
-    """
-    np_ = xp(x)
-    u = x.view(np.uint64)
-    q = u & _EXP  # 2**exponent as float64 bits; 0 for a zero, inf for inf/NaN
-    low = np.uint64((1 << (52 - fmt.mbits)) - 1)
-    top = np.uint64(np.float64(fmt.max).view(np.uint64)) & _EXP
-    full = fmt.max == (2.0 - 2.0**-fmt.mbits) * 2.0**fmt.emax  # every code of the top binade
-    qmax = q.max()
-    finite = bool(qmax <= top)
-    if not finite or (not full and qmax == top and bool(np_.abs(x).max() > fmt.max)) \
-            or bool(np_.bitwise_or.reduce(u, axis=None) & low):  # fmt: skip
-        labels(x, fmt, zeros="floor", arg=arg)  # raises for a finite inexact value
-        finite = bool(np_.isfinite(x).all())
-    tiny = np.uint64(np.float64(2.0**fmt.emin).view(np.uint64))
-    sub = None
-    if bool(q.min() < tiny):  # zeros or values subnormal in fmt
-        small = q < tiny
-        if np_.count_nonzero(small) * 32 > q.size:  # many (FP4, FP8 data): all at once
-            with np.errstate(over="ignore", invalid="ignore"):
-                t = np_.ldexp(x, fmt.mbits - fmt.emin)  # exact values: multiples of 2**(emin-m)
-                if bool(
-                    (t != np_.trunc(t)).any() and (np_.isfinite(t) & (t != np_.trunc(t))).any()
-                ):
-                    raise ValueError(
-                        f"{arg} holds values that are not exact in {fmt.name}; round them first"
-                    )
-            one = np.uint64(1)
-            q -= one  # a zero wraps to the top, is left there by the maximum and comes back
-            np_.maximum(q, tiny - one, out=q)
-            q += one
-        else:
-            idx = np_.flatnonzero(small)
-            sub = idx[q.reshape(-1)[idx] != 0]
-            with np.errstate(over="ignore"):
-                t = np_.ldexp(x.reshape(-1)[sub], fmt.mbits - fmt.emin)  # multiples of 2**(emin-m)
-            if bool((t != np_.trunc(t)).any()):
-                raise ValueError(
-                    f"{arg} holds values that are not exact in {fmt.name}; round them first"
-                )
-            if sub.size * 256 > q.size:  # raise these few hundred to 2**emin here
-                q.reshape(-1)[sub] = tiny
-            if sub.size * 256 > q.size or not sub.size:
-                sub = None
-    out: F64 = q.view(np.float64)
-    return out, finite, sub
 
 
 def t_fdpa_rows(a: F64, b: F64, c: F64, *, fa: Format, fb: Format, fc: Format, L: int, F: int,
