@@ -252,3 +252,40 @@ def test_powers_refuse_inexact_values(fmt: str, bad: float, dense: bool) -> None
     x[77] = bad
     with pytest.raises(ValueError, match=rf"^a holds values that are not exact in {fmt}"):
         exact.powers(x, f, "a")
+
+
+def test_fma32_chain_rows_equal_round_to_odd_route() -> None:
+    """FP32 FMA chains: the boundary-detection route equals the two-sum + round-to-odd route,
+    on every FP32 bit pattern distribution and on sums built to land on FP32 midpoints (normal
+    and subnormal) with and without a float64 rounding error."""
+    rng = np.random.default_rng(7)
+    a, b = _values(rng, "float32", (20000, 4)), _values(rng, "float32", (20000, 4))
+    c = _values(rng, "float32", (20000, 1))[:, 0]
+    u = 2.0**-23
+    # c + a*b with a*b = h * (1 - 2**-46) (a = h * (1 + u), b = 1 - u: FP32 values), h half
+    # an FP32 ulp of c, c with an odd last bit: float64 rounds the sum onto the midpoint
+    # c + h, the exact sum lies below it, so FP32 must round to c where ties-to-even would
+    # give the other neighbour; and the mirror image c - h * (1 - 2**-46). In the normal
+    # range and at the overflow threshold (c = FP32 max, h = 2**103: the exact sum stays
+    # finite). Below 2**-126 float64 holds such sums exactly (no double rounding): the
+    # subnormal pair (h = 2**-150 from a = 2**-126 (1 + u), b = 2**-24 (1 - u)) checks that.
+    cases = []
+    for cc, h in ((1.0 + u, 2.0**-24), (3.0 * 2.0**-149, 2.0**-150),
+                  (2.0**128 - 2.0**104, 2.0**103), (-(1.0 + 3 * u), 2.0**-24)):  # fmt: skip
+        lo = 2.0**-126 if h < 2.0**-126 else h
+        for sign in (1.0, -1.0):
+            cases.append((cc, sign * lo * (1 + u), (h / lo) * (1 - u)))
+    for i, (cc, aa, bb) in enumerate(cases):
+        a[i], b[i], c[i] = 0.0, 0.0, cc
+        a[i, 0], b[i, 0] = aa, bb
+        assert aa == float(np.float32(aa)) and bb == float(np.float32(bb))
+        assert cc == float(np.float32(cc))
+    s64 = a[: len(cases), 0] * b[: len(cases), 0] + c[: len(cases)]
+    with np.errstate(over="ignore"):  # the naive double rounding is wrong on every case
+        naive = s64.astype(np.float32).astype(np.float64)
+    wrong = naive != amd.fma_chain(a, b, c)[: len(cases)]
+    assert wrong.tolist() == [True, True, False, False, True, True, True, True]
+    fast = amd_rows.fma32_chain_rows(a, b, c)
+    slow = amd.fma_chain(a, b, c)
+    ok = _same(fast, slow)
+    assert ok.all(), np.flatnonzero(~ok)[:5]

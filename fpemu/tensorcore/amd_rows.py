@@ -234,3 +234,39 @@ def tr_fdpa_matrix(a: F64, b: F64, c: F64, *, L: int, fa: Format, fb: Format,
             d = amd._stage2(s_dot, e_dot, d, drop_far_c=split)
         out[r0:r1] = d.reshape(r1 - r0, N)
     return out
+
+
+def fma32_chain_rows(a: F64, b: F64, c: F64) -> F64:
+    """:func:`amd.fma_chain` for FP32: ``c = fma(a_k, b_k, c)``, k ascending, vectorised.
+
+    A product of two FP32 values is exact in float64, so ``s = a_k * b_k + c`` rounded to
+    float64 and then to FP32 differs from one rounding of the exact sum only where ``s`` lands
+    exactly on an FP32 rounding boundary (a midpoint of the FP32 grid, or the overflow
+    threshold) without being exact (double rounding needs the first result on the second
+    grid's boundary; rounding is monotonic elsewhere). Those rows (rare) are nudged one
+    float64 ulp toward the exact sum (the sign of the two-sum error) before the FP32 rounding.
+    In the FP32 normal range a boundary has 29 low float64 fraction bits ``1000...0``; below
+    ``2**-126`` it is an odd multiple of ``2**-150``.
+    """
+    np_ = xp(a, b, c)
+    d = np_.array(c, dtype=np_.float64)
+    mask, half = np.int64(0x1FFF_FFFF), np.int64(0x1000_0000)
+    with np.errstate(invalid="ignore", over="ignore"):
+        for k in range(a.shape[-1]):
+            p = a[:, k] * b[:, k]
+            s = p + d
+            mid = (s.view(np.int64) & mask) == half
+            tiny = np_.abs(s) < 2.0**-126
+            if bool(tiny.any()):
+                t = np_.ldexp(s, 150)
+                mid |= tiny & (t == np_.trunc(t)) & (np_.fmod(t, 2.0) != 0)
+            if bool(mid.any()):
+                i = np_.flatnonzero(mid)
+                pi, di, si = p[i], d[i], s[i]
+                bb = si - pi
+                err = (pi - (si - bb)) + (di - bb)  # exact: s + err == p + d
+                nudge = np_.nextafter(si, np_.copysign(np_.inf, err))
+                s[i] = np_.where(err != 0, nudge, si)
+            d = s.astype(np.float32).astype(np.float64)
+    res: F64 = d
+    return res

@@ -26,7 +26,12 @@ from fpemu.backend import xp
 from fpemu.formats import Format, FormatLike, get_format
 from fpemu.rounding import round as fround
 from fpemu.tensorcore import amd, fused
-from fpemu.tensorcore.amd_rows import e_fdpa_rows, tr_fdpa_matrix, tr_fdpa_rows
+from fpemu.tensorcore.amd_rows import (
+    e_fdpa_rows,
+    fma32_chain_rows,
+    tr_fdpa_matrix,
+    tr_fdpa_rows,
+)
 from fpemu.tensorcore.block import (
     E8M13,
     F64,
@@ -134,7 +139,9 @@ def dpa(
         powers(x, f, arg)  # exactness checks from the bits (the AMD kernels do not check)
     _scales(ins, scale_a, scale_b, K)
     if ins.algorithm == "fma":
-        return amd.fma_chain(a, b, c, double=ins.d == "float64")
+        if ins.d == "float64":
+            return amd.fma_chain(a, b, c, double=True)
+        return fma32_chain_rows(a, b, c)
     if ins.algorithm == "e-fdpa":
         return e_fdpa_rows(a, b, c, L=L)
     if ins.algorithm == "ftz-mul-add":
