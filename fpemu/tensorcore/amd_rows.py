@@ -192,8 +192,8 @@ def tr_fdpa_matrix(a: F64, b: F64, c: F64, *, L: int, fa: Format, fb: Format,
 
     Stage 1 per block and (m, n), as in :func:`fpemu.tensorcore.block.chain_blocks`: the
     largest product label from one BLAS product of powers of two
-    (:func:`~fpemu.tensorcore.block._label_powers`), then the products cut at ``2**(e - 24)``
-    and summed in int32 (:func:`~fpemu.tensorcore.block._narrow_products`: exact, below
+    (``block._label_powers``), then the products cut at ``2**(e - 24)``
+    and summed in int32 (``block._narrow_products``: exact, below
     ``2**30``). Stage 2 is :func:`amd._stage2` on every (m, n). Returns None where this route
     does not apply (wider exponents, a K that is not a multiple of ``L``, NaN or infinity):
     the caller then takes the dot-product route.
