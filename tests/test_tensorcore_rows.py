@@ -289,3 +289,20 @@ def test_fma32_chain_rows_equal_round_to_odd_route() -> None:
     slow = amd.fma_chain(a, b, c)
     ok = _same(fast, slow)
     assert ok.all(), np.flatnonzero(~ok)[:5]
+
+
+def test_matmul_rounds_b_to_its_own_format() -> None:
+    """fpemu.matmul with an instruction model and ``b_fmt``: B is rounded to b_fmt (e5m2), not
+    to fmt (e4m3), and the result is the instruction's on those operands."""
+    from fpemu.linalg import matmul
+
+    rng = np.random.default_rng(3)
+    a = _values(rng, "float8_e4m3fn", (8, 32))
+    b = _values(rng, "float8_e5m2", (32, 4))
+    a, b = (np.where(np.isfinite(x) & (np.abs(x) < 400), x, 1.0) for x in (a, b))
+    b[0, 0] = 2.0**-16  # an e5m2 subnormal that e4m3 cannot hold
+    d = matmul(a, b, fmt="e4m3", acc="fp32", model="sm90.wgmma.fp8.f32", b_fmt="e5m2")
+    ref = mma(a, b, None, instruction="sm90.wgmma.fp8.f32", a_fmt="e4m3", b_fmt="e5m2")
+    assert _same(np.asarray(d, np.float64), ref).all()
+    with pytest.raises(ValueError, match="b_fmt"):
+        matmul(a, b, fmt="e4m3", acc="fp32", model="sm90.wgmma.fp8.f32", b_fmt="e9m9")

@@ -86,7 +86,8 @@ def matmul(
 
     Args:
         a: left operand, rounded to ``fmt`` (round-to-nearest-even) first.
-        b: right operand, rounded to ``fmt`` first.
+        b: right operand, rounded to ``fmt`` first (to the option ``b_fmt`` where an
+            instruction model takes mixed A/B formats).
         fmt: input format.
         acc: accumulator format.
         out: result format (default: ``acc``); the accumulator is rounded to it once at the end.
@@ -110,11 +111,13 @@ def matmul(
            [8.0000000e+00, 9.0002003e+00]], dtype=float32)
     """
     f = get_format(fmt, arg="fmt")
+    # An instruction model with mixed A/B formats (e4m3 x e5m2, FP6/FP4): b in its own format.
+    fb = get_format(options["b_fmt"], arg="b_fmt") if options.get("b_fmt") is not None else f
     fa = get_format(acc, arg="acc")
     fo = fa if out is None else get_format(out, arg="out")
     fn = get_model(model)
     impl = _NATIVE.get(fn)  # a built-in: takes float32 operands, returns the accumulator's dtype
-    keep32 = impl is not None and _fits_float32(f)
+    keep32 = impl is not None and _fits_float32(f) and _fits_float32(fb)
     A, B = _operand("a", a, keep32=keep32), _operand("b", b, keep32=keep32)
     vec_a, vec_b = A.ndim == 1, B.ndim == 1
     if vec_a:
@@ -135,7 +138,7 @@ def matmul(
         ) from None
     M, K, N = A.shape[-2], A.shape[-1], B.shape[-1]
     A = np_.broadcast_to(_round_input(A, a, f, keep32=keep32), (*batch, M, K))
-    B = np_.broadcast_to(_round_input(B, b, f, keep32=keep32), (*batch, K, N))
+    B = np_.broadcast_to(_round_input(B, b, fb, keep32=keep32), (*batch, K, N))
     C = None
     if c is not None:
         C = fround(_operand("c", c, allow_0d=True), fa)
