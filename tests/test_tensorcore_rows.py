@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from fpemu.formats import get_format
+from fpemu.linalg import matmul
 from fpemu.tensorcore import amd, amd_rows, exact, fused, rows
 from fpemu.tensorcore.instructions import INSTRUCTIONS
 from fpemu.tensorcore.mma import _RESULT, dpa, mma
@@ -294,8 +295,6 @@ def test_fma32_chain_rows_equal_round_to_odd_route() -> None:
 def test_matmul_rounds_b_to_its_own_format() -> None:
     """fpemu.matmul with an instruction model and ``b_fmt``: B is rounded to b_fmt (e5m2), not
     to fmt (e4m3), and the result is the instruction's on those operands."""
-    from fpemu.linalg import matmul
-
     rng = np.random.default_rng(3)
     a = _values(rng, "float8_e4m3fn", (8, 32))
     b = _values(rng, "float8_e5m2", (32, 4))
