@@ -67,7 +67,7 @@ def powers(x: F64, fmt: Format, arg: str) -> tuple[F64, bool, Any]:
     qmax = q.max()
     finite = bool(qmax <= top)
     if not finite or (not full and qmax == top and bool(np_.abs(x).max() > fmt.max)) \
-            or bool(np_.bitwise_or.reduce(u, axis=None) & low):  # fmt: skip
+            or _low_bits(np_, u, low):  # fmt: skip
         with np.errstate(over="ignore", invalid="ignore"):
             bad = np_.asarray(fround(x, fmt)) != x  # out of range or too many bits
         if bool((bad & np_.isfinite(x)).any()):
@@ -107,3 +107,10 @@ def powers(x: F64, fmt: Format, arg: str) -> tuple[F64, bool, Any]:
                 sub = None
     out: F64 = q.view(np.float64)
     return out, finite, sub
+
+
+def _low_bits(np_: Any, u: Any, low: np.uint64) -> bool:
+    """Whether any word of ``u`` has a bit of ``low`` set (one OR-reduction on NumPy)."""
+    if np_ is np:
+        return bool(np.bitwise_or.reduce(u, axis=None) & low)
+    return bool((u & low).any())
