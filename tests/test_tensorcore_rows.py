@@ -305,3 +305,18 @@ def test_matmul_rounds_b_to_its_own_format() -> None:
     assert _same(np.asarray(d, np.float64), ref).all()
     with pytest.raises(ValueError, match="b_fmt"):
         matmul(a, b, fmt="e4m3", acc="fp32", model="sm90.wgmma.fp8.f32", b_fmt="e9m9")
+
+
+@pytest.mark.parametrize("name", [n for n, i in INSTRUCTIONS.items() if not i.scale_block])
+def test_empty_and_short_shapes(name: str) -> None:
+    """No dot products, K = 0 (C alone), one product, and a K that ends in a partial block:
+    every model returns the exact values (ones times halves), shaped as asked."""
+    ins = INSTRUCTIONS[name]
+    for B, K in ((0, ins.k), (3, 0), (2, 1), (2, ins.k + 1), (2, 3 * ins.k)):
+        if ins.algorithm == "ftz-mul-add" and K % ins.group:
+            continue
+        d = dpa(np.ones((B, K)), np.full((B, K), 0.5), np.zeros(B), instruction=name)
+        assert d.shape == (B,) and (d == 0.5 * K).all(), (name, B, K, d)
+    for M, K, N in ((0, ins.k, 3), (2, 0, 3), (2, ins.k, 0)):
+        d = mma(np.ones((M, K)), np.full((K, N), 0.5), None, instruction=name)
+        assert d.shape == (M, N) and (d == 0.5 * K).all(), (name, M, K, N)

@@ -212,7 +212,8 @@ def _trunc_sum(p: F64, lab: Any, F: int) -> tuple[F64, Any]:
 
     Returns (sum in units of 2**e, e) per row; all-zero rows give (0, about -32000)."""
     np_ = xp(p)
-    e = lab.max(axis=-1)  # zero products have labels near -16000: never the maximum
+    # zero products have labels near -16000: never the maximum (an empty group: -32000)
+    e = lab.max(axis=-1, initial=-32000)
     s = np_.trunc(np_.ldexp(p, (F - e)[:, None])).sum(axis=-1)
     return np_.ldexp(s, -F), e
 

@@ -52,7 +52,7 @@ def tr_fdpa_rows(a: F64, b: F64, c: F64, *, L: int, fa: Format, fb: Format,
     group = L // 2 if split else L
     p_ = plan(fa, fb, group, fa.emin + fb.emin)
     ref = amd.gtr_fdpa if split else amd.tr_fdpa
-    if p_ is None or K % L or (split and L % 2):
+    if p_ is None or K % L or not K or (split and L % 2):
         return ref(a, b, c, L=L, fa=fa, fb=fb)
     out: F64 = np_.empty(B)
     R = max(1, TILE // K)

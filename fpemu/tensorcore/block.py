@@ -295,8 +295,13 @@ def chain_blocks(
     lb = labels(b, b_fmt, zeros=spec.zeros, check=False)
     M, K, N = shape[-2], a.shape[-1], shape[-1]
 
+    if 0 in shape:  # nothing to compute (K = 0 with rows and columns still rounds c)
+        empty: F64 = np_.empty(shape)
+        return empty
+    count = int(np.prod(batch, dtype=np.int64))
+
     def flat(x: Any, rows: int, cols: int) -> Any:
-        return np_.broadcast_to(x, (*batch, rows, cols)).reshape(-1, rows, cols)
+        return np_.broadcast_to(x, (*batch, rows, cols)).reshape(count, rows, cols)
 
     aT, laT = flat(a, M, K).swapaxes(1, 2).copy(), flat(la, M, K).swapaxes(1, 2).copy()
     b3, lb3, c3 = flat(b, K, N), flat(lb, K, N), flat(c, M, N)

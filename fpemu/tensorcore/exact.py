@@ -61,6 +61,8 @@ def powers(x: F64, fmt: Format, arg: str) -> tuple[F64, bool, Any]:
     np_ = xp(x)
     u = x.view(np.uint64)
     q = u & _EXP  # 2**exponent as float64 bits; 0 for a zero, inf for inf/NaN
+    if not q.size:
+        return q.view(np.float64), True, None
     low = np.uint64((1 << (52 - fmt.mbits)) - 1)
     top = np.uint64(np.float64(fmt.max).view(np.uint64)) & _EXP
     full = fmt.max == (2.0 - 2.0**-fmt.mbits) * 2.0**fmt.emax  # every code of the top binade

@@ -133,6 +133,10 @@ def dpa(
         raise ValueError(f"c must have shape ({B},); got {c.shape}")
     kk = _shape_k(ins, k)
     L = ins.fused(kk)
+    if B == 0:  # no dot products: nothing to check or compute
+        _scales(ins, scale_a, scale_b, K)
+        empty: F64 = np_.empty(0)
+        return empty
     if ins.algorithm in ("t-fdpa", "st-fdpa", "gst-fdpa"):
         return _nvidia(ins, a, b, c, fa, fb, fc, L, K, scale_a, scale_b, scale_fmt)
     for x, f, arg in ((a, fa, "a"), (b, fb, "b"), (c, fc, "c")):
@@ -215,6 +219,10 @@ def mma(
         raise ValueError(f"a (M, K) and b (K, N) do not match: {a.shape}, {b.shape}")
     (M, K), N = a.shape, b.shape[1]
     c = np_.zeros((M, N)) if c is None else np_.broadcast_to(np_.asarray(c, np_.float64), (M, N))
+    if M == 0 or N == 0:  # an empty product
+        _fmts(ins, a_fmt, b_fmt, c_fmt)
+        empty: F64 = np_.empty((M, N))
+        return empty
     if ins.algorithm == "t-fdpa":
         fa, fb, fc = _fmts(ins, a_fmt, b_fmt, c_fmt)
         _scales(ins, scale_a, scale_b, K)
