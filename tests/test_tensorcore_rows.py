@@ -320,3 +320,22 @@ def test_empty_and_short_shapes(name: str) -> None:
     for M, K, N in ((0, ins.k, 3), (2, 0, 3), (2, ins.k, 0)):
         d = mma(np.ones((M, K)), np.full((K, N), 0.5), None, instruction=name)
         assert d.shape == (M, N) and (d == 0.5 * K).all(), (name, M, K, N)
+
+
+@pytest.mark.parametrize("name", [n for n, i in INSTRUCTIONS.items()
+                                  if i.algorithm == "ftz-mul-add"])  # fmt: skip
+def test_ftz_rows_equal_reference(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """CDNA2 (flush-to-zero FP32 products and pairwise sums): the route that leaves out the
+    flushes that cannot act equals the reference bit for bit (signs of zeros included), on
+    every distribution and over several row tiles."""
+    ins = INSTRUCTIONS[name]
+    monkeypatch.setattr(amd_rows, "TILE", 640)
+    rng = np.random.default_rng(zlib.crc32(name.encode()))
+    fmt = get_format(ins.inputs[0])
+    for K in (ins.k, 4 * ins.k):
+        a, b = _values(rng, fmt.name, (3000, K)), _values(rng, fmt.name, (3000, K))
+        c = _values(rng, "float32", (3000, 1))[:, 0]
+        a[::7, 0], b[::7, 1] = -0.0, -0.0
+        slow = amd.ftz_mul_add(a, b, c, P=ins.group, emin=fmt.emin)
+        fast = amd_rows.ftz_mul_add_rows(a, b, c, P=ins.group, fa=fmt, fb=fmt)
+        assert _same(fast, slow).all(), (name, K, np.flatnonzero(~_same(fast, slow))[:5])

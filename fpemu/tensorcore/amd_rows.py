@@ -270,3 +270,47 @@ def fma32_chain_rows(a: F64, b: F64, c: F64) -> F64:
             d = s.astype(np.float32).astype(np.float64)
     res: F64 = d
     return res
+
+
+def ftz_mul_add_rows(a: F64, b: F64, c: F64, *, P: int, fa: Format, fb: Format) -> F64:
+    """:func:`amd.ftz_mul_add` (CDNA2) with the flushes that cannot act left out.
+
+    Every product of two flushed inputs and every sum of two such products is a multiple of
+    ``g = 2**(fa.emin - fa.mbits + fb.emin - fb.mbits)``; where ``g >= 2**-126`` (fp16 inputs)
+    none of them can be an FP32 subnormal, so only the inputs and the accumulator are flushed.
+    The products' pairwise sums run on strided views of the whole batch instead of one column
+    at a time.
+    """
+    np_ = xp(a, b, c)
+    B, K = a.shape
+    R = max(1, 4 * TILE // max(K, 1))  # rows per tile (float32 values)
+    if B > R:
+        tiles: F64 = np_.empty(B)
+        for r0 in range(0, B, R):
+            t = slice(r0, r0 + R)
+            tiles[t] = ftz_mul_add_rows(a[t], b[t], c[t], P=P, fa=fa, fb=fb)
+        return tiles
+    exact_sums = fa.emin - fa.mbits + fb.emin - fb.mbits >= -126
+    with np.errstate(invalid="ignore", over="ignore", under="ignore"):
+        a32, b32 = a.astype(np.float32), b.astype(np.float32)
+        for x, f in ((a32, fa), (b32, fb)):  # inputs below 2**emin (and -0) become +0
+            np_.copyto(x, np.float32(0.0), where=np_.abs(x) < np.float32(2.0**f.emin))
+        p = a32 * b32
+        if not exact_sums:
+            p = amd._ftz(p, -126, keep_sign=True)
+        d = amd._ftz(np_.asarray(c).astype(np.float32), -126, keep_sign=False)
+        s = p[:, 0::P] + p[:, 1::P]
+        if not exact_sums:
+            s = amd._ftz(s, -126, keep_sign=True)
+        if P == 4:
+            s2 = p[:, 2::P] + p[:, 3::P]
+            if not exact_sums:
+                s2 = amd._ftz(s2, -126, keep_sign=True)
+            s = s + s2
+            if not exact_sums:
+                s = amd._ftz(s, -126, keep_sign=True)
+        s = np_.ascontiguousarray(s.T)
+        for g in range(s.shape[0]):
+            d = amd._ftz(d + s[g], -126, keep_sign=True)
+    out: F64 = d.astype(np.float64)
+    return out

@@ -29,6 +29,7 @@ from fpemu.tensorcore import amd, fused
 from fpemu.tensorcore.amd_rows import (
     e_fdpa_rows,
     fma32_chain_rows,
+    ftz_mul_add_rows,
     tr_fdpa_matrix,
     tr_fdpa_rows,
 )
@@ -151,7 +152,7 @@ def dpa(
     if ins.algorithm == "ftz-mul-add":
         if K % ins.group:
             raise ValueError(f"K={K} must be a multiple of {ins.group} for {ins.name}")
-        return amd.ftz_mul_add(a, b, c, P=ins.group, emin=fa.emin)
+        return ftz_mul_add_rows(a, b, c, P=ins.group, fa=fa, fb=fb)
     return tr_fdpa_rows(a, b, c, L=L, fa=fa, fb=fb, split=ins.algorithm == "gtr-fdpa")
 
 
