@@ -202,9 +202,11 @@ def ftz_mul_add(a: F64, b: F64, c: F64, *, P: int, emin: int) -> F64:
 def _label(x: F64, emin: int = -126) -> Any:
     """Exponent labels: the exponent, or ``emin`` for subnormals and zeros."""
     np_ = xp(x)
-    x0 = np_.where(np_.isfinite(x), x, 0.0)
-    _, e = np_.frexp(x0)
-    return np_.where(x0 == 0, emin, np_.maximum(e - 1, emin))
+    # The float64 exponent field: zeros and float64 subnormals (field 0) fall below emin,
+    # NaN and infinities (field 2047) are treated as zeros.
+    e = (np_.asarray(x, dtype=np_.float64).view(np.uint64) >> np.uint64(52)) & np.uint64(0x7FF)
+    e = e.astype(np.int32) - 1023
+    return np_.where(e == 1024, np.int32(emin), np_.maximum(e, np.int32(emin)))
 
 
 def _trunc_sum(p: F64, lab: Any, F: int) -> tuple[F64, Any]:
