@@ -16,6 +16,7 @@ ValueError: b holds values that are not exact in float16; round them first
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -26,6 +27,17 @@ from fpemu.rounding import round as fround
 
 F64 = np.typing.NDArray[np.float64]
 _EXP = np.uint64(0x7FF0_0000_0000_0000)
+
+
+@functools.lru_cache(maxsize=64)
+def _constants(fmt: Format) -> tuple[np.uint64, np.uint64, bool, np.uint64]:
+    """(fraction bits below ``fmt``'s, exponent bits of its maximum, whether every code of its
+    top binade is finite, bits of ``2**emin``)."""
+    low = np.uint64((1 << (52 - fmt.mbits)) - 1)
+    top = np.uint64(np.float64(fmt.max).view(np.uint64)) & _EXP
+    full = fmt.max == (2.0 - 2.0**-fmt.mbits) * 2.0**fmt.emax
+    tiny = np.uint64(np.float64(2.0**fmt.emin).view(np.uint64))
+    return low, top, full, tiny
 
 
 def check_exact(x: Any, fmt: Format, arg: str) -> None:
@@ -63,9 +75,7 @@ def powers(x: F64, fmt: Format, arg: str) -> tuple[F64, bool, Any]:
     q = u & _EXP  # 2**exponent as float64 bits; 0 for a zero, inf for inf/NaN
     if not q.size:
         return q.view(np.float64), True, None
-    low = np.uint64((1 << (52 - fmt.mbits)) - 1)
-    top = np.uint64(np.float64(fmt.max).view(np.uint64)) & _EXP
-    full = fmt.max == (2.0 - 2.0**-fmt.mbits) * 2.0**fmt.emax  # every code of the top binade
+    low, top, full, tiny = _constants(fmt)
     qmax = q.max()
     finite = bool(qmax <= top)
     if not finite or (not full and qmax == top and bool(np_.abs(x).max() > fmt.max)) \
@@ -77,11 +87,11 @@ def powers(x: F64, fmt: Format, arg: str) -> tuple[F64, bool, Any]:
                 f"{arg} holds values that are not exact in {fmt.name}; round them first"
             )
         finite = bool(np_.isfinite(x).all())
-    tiny = np.uint64(np.float64(2.0**fmt.emin).view(np.uint64))
     sub = None
     if bool(q.min() < tiny):  # zeros or values subnormal in fmt
-        small = q < tiny
-        if np_.count_nonzero(small) * 32 > q.size:  # many (FP4, FP8 data): all at once
+        flat = q.reshape(-1)
+        # Many of them (FP4, FP8 data), judged from a sample: all at once; else one by one.
+        if np_.count_nonzero(flat[::61] < tiny) * 32 > flat[::61].size:
             with np.errstate(over="ignore", invalid="ignore"):
                 t = np_.ldexp(x, fmt.mbits - fmt.emin)  # exact values: multiples of 2**(emin-m)
                 if bool(
@@ -95,8 +105,8 @@ def powers(x: F64, fmt: Format, arg: str) -> tuple[F64, bool, Any]:
             np_.maximum(q, tiny - one, out=q)
             q += one
         else:
-            idx = np_.flatnonzero(small)
-            sub = idx[q.reshape(-1)[idx] != 0]
+            idx = np_.flatnonzero(q < tiny)
+            sub = idx[flat[idx] != 0]
             with np.errstate(over="ignore"):
                 t = np_.ldexp(x.reshape(-1)[sub], fmt.mbits - fmt.emin)  # multiples of 2**(emin-m)
             if bool((t != np_.trunc(t)).any()):
