@@ -54,6 +54,9 @@ Array = Any
 _F32 = np.finfo(np.float32)
 _FLOAT32 = get_format("float32")
 _FLOAT64 = get_format("float64")
+_BFLOAT16 = get_format("bfloat16")
+#: above this size rounding.round splits the work over threads (rounding._chunks)
+_BF16_KERNEL_MAX = 32 * rounding.BLOCK
 
 
 def work_dtype(fmt: FormatLike) -> type[np.floating[Any]]:
@@ -95,6 +98,10 @@ def round_to(x: Any, fmt: FormatLike) -> Array:
         f.name == "float64" and arr.dtype == np.float64
     ):
         return arr
+    if f is _BFLOAT16 and arr.dtype == np.float32 and m is np and arr.size < _BF16_KERNEL_MAX:
+        # the bfloat16 kernel gives rounding.round's bits without its per-call dispatch (the
+        # hot path of bf16 autocast: every op result and gradient); round() threads the rest
+        return rounding.rne_bfloat16(arr)
     dt = work_dtype(f)
     if f == _FLOAT32 and arr.dtype == np.float64:
         # NumPy's float64 -> float32 conversion is the IEEE one: round-to-nearest-even with

@@ -9,7 +9,9 @@ them, so this package imports without them.
 * ``from_torch`` brings your own PyTorch model into fpemu and ``compare_torch`` trains
   it side by side with torch, comparing every tensor of every step bit for bit
   (``ModelReport``); the command line is ``fpemu validate model FILE.py:FACTORY``.
-  ``from_keras`` does the conversion for a Keras 3 ``Sequential`` model (forward pass).
+  ``from_keras`` does the conversion for a Keras 3 ``Sequential`` model and
+  ``compare_keras`` trains it side by side with Keras (torch backend, mixed policies,
+  ``LossScaleOptimizer``), with the same report.
 * :class:`ScalerRecorder` and :func:`check_trace` check a loss-scale trace you recorded against
   a framework's rules (torch, Keras 3, tf.keras, Apex, ...).
 
@@ -23,6 +25,7 @@ them, so this package imports without them.
 from fpemu.validate.compare import compare_torch
 from fpemu.validate.from_keras import from_keras
 from fpemu.validate.from_torch import from_torch
+from fpemu.validate.keras_compare import compare_keras
 from fpemu.validate.model_report import ModelReport, TensorCheck
 from fpemu.validate.recorder import ScalerRecorder, TraceEntry, check_trace
 from fpemu.validate.report import STATUSES, CheckResult, Report
@@ -38,6 +41,7 @@ __all__ = [
     "TensorCheck",
     "TraceEntry",
     "check_trace",
+    "compare_keras",
     "compare_torch",
     "environment",
     "from_keras",

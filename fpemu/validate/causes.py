@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from fpemu.backend import scratch
 from fpemu.bits import ulp
 
 U32 = 2.0**-24
@@ -60,12 +61,13 @@ def linear_bound(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, *, out: str
     rounding to ``out``: ``2 (K-1) u (|x| @ |w|.T + |b|)`` elementwise (``K`` terms, the bias
     one more); ``within`` adds the final rounding. ``transpose=False`` bounds ``x @ w``."""
     ax, aw = np.abs(np.asarray(x, np.float64)), np.abs(np.asarray(w, np.float64))
-    mag = ax @ (aw.T if transpose else aw)
+    mag = np.asarray(ax @ (aw.T if transpose else aw), np.float64)
     k = ax.shape[-1] + (b is not None)
     if b is not None:
-        mag = mag + np.abs(np.asarray(b, np.float64))
+        mag += np.abs(np.asarray(b, np.float64))
     del out  # the rounding to the output format is added by within()
-    return np.asarray(2 * max(k - 1, 1) * U32 * mag, np.float64)
+    mag *= 2 * max(k - 1, 1) * U32  # in place: the same product as the scalar times mag
+    return mag
 
 
 def within(t: np.ndarray, f: np.ndarray, bound: np.ndarray, fmt: str) -> tuple[bool, float]:
@@ -74,12 +76,49 @@ def within(t: np.ndarray, f: np.ndarray, bound: np.ndarray, fmt: str) -> tuple[b
     One ulp of ``fmt`` at the larger of the two results is added: two values within ``bound``
     of each other before their final rounding to ``fmt`` are at most that much further apart.
     """
+    t, f = np.asarray(t), np.asarray(f)
+    if fmt in _MBITS and t.shape == f.shape == np.shape(bound) and t.size:
+        return _within_buffers(t, f, np.asarray(bound, np.float64), fmt)
     t64, f64 = np.asarray(t, np.float64), np.asarray(f, np.float64)
     bound = bound + _ulp(np.maximum(np.abs(t64), np.abs(f64)), fmt)
     d = np.abs(t64 - f64)
     ok = bool(np.all((d <= bound) | (np.isnan(t) & np.isnan(f))))
     u = _ulp(np.maximum(np.abs(np.asarray(t, np.float64)), np.finfo(np.float32).tiny), fmt)
     return ok, float(np.max(bound / u)) if np.size(bound) else 0.0
+
+
+def _ulp_into(a: np.ndarray, fmt: str, out: np.ndarray, e: np.ndarray) -> np.ndarray:
+    """``_ulp(a, fmt)`` of a non-negative float64 array, computed in the buffers ``out``
+    (float64) and ``e`` (int32): the same frexp and ldexp, no temporaries."""
+    np.maximum(a, _TINY[fmt], out=out)
+    np.frexp(out, out=(out, e))
+    e -= 1 + _MBITS[fmt]
+    with np.errstate(over="ignore"):
+        np.ldexp(1.0, e, out=out)
+    return out
+
+
+def _within_buffers(t: np.ndarray, f: np.ndarray, bound: np.ndarray,
+                    fmt: str) -> tuple[bool, float]:  # fmt: skip
+    """``within`` for same-shaped arrays, in one reused work block: the same operations in the
+    same order (every step is elementwise and correctly rounded, so the bits are the same),
+    without the dozen large temporaries whose page faults cost more than the arithmetic."""
+    n = t.size
+    w = scratch(4 * n, np.float64).reshape(4, *t.shape)
+    at, af, ul, b = w[0], w[1], w[2], w[3]
+    e = scratch(n, np.int32).reshape(t.shape)
+    np.copyto(at, t)
+    np.copyto(af, f)
+    np.subtract(at, af, out=b)
+    d_ok = np.abs(b, out=b)  # |t - f|, compared below once the bound is known
+    np.abs(at, out=at)
+    np.abs(af, out=af)
+    np.maximum(at, af, out=af)
+    np.add(bound, _ulp_into(af, fmt, ul, e), out=af)  # af: the bound plus one ulp
+    ok = bool(np.all((d_ok <= af) | (np.isnan(t) & np.isnan(f))))
+    np.maximum(at, np.finfo(np.float32).tiny, out=at)
+    np.divide(af, _ulp_into(at, fmt, ul, e), out=af)
+    return ok, float(np.max(af))
 
 
 def math_bound(op: str, x: np.ndarray, g: np.ndarray | None, *, out: str) -> np.ndarray:

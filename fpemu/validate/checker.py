@@ -19,9 +19,9 @@ from fpemu.nn import functional as fn
 from fpemu.nn.graph import GRAPH_OPS, GraphModule, Param, Ref
 from fpemu.nn.optim import Optimizer
 from fpemu.nn.tensor import Tensor, round_to
-from fpemu.validate import causes
+from fpemu.validate import causes, norm_bounds
 from fpemu.validate.model_report import ModelReport, TensorCheck, compare_arrays
-from fpemu.validate.torch_run import TorchStep, fmt_of, to_np
+from fpemu.validate.torch_run import TorchStep, exact_leaf, fmt_of, to_np
 
 #: An update ``w + d`` computed from the same inputs with a few roundings placed differently
 #: (fused or separate multiply-adds, a sqrt within one ulp) differs by a few ulps of ``d``
@@ -48,6 +48,24 @@ class StepChecker:
         self.params_differ = any(not np.array_equal(before[n], t.params_before[n]) for n in before)
         self.upstream = ""  # the first differing tensor of this step so far
         self._grad_cache: dict[str, dict[Any, Any] | None] = {}
+        # torch's tensors as (read-only NumPy array, format), converted once per step
+        self._arrays: dict[tuple[str, str], tuple[np.ndarray, str]] = {}
+        # node name -> (leaves, output) of the op recomputed from torch's inputs: the forward
+        # explanation's recomputation is reused by the backward one (the same op on the same
+        # inputs; requires_grad and grad_fmt do not change a forward result)
+        self._local: dict[str, tuple[dict[Any, Tensor], Tensor]] = {}
+        self._shadow_done = False
+
+    def arr(self, which: str, name: str) -> tuple[np.ndarray, str]:
+        """torch's ``acts``/``act_grads`` entry ``name`` as a read-only array and its format."""
+        key = (which, name)
+        hit = self._arrays.get(key)
+        if hit is None:
+            v = getattr(self.t, which)[name]
+            a = to_np(v)
+            a.setflags(write=False)  # shared by every recomputation: nothing may write it
+            hit = self._arrays[key] = (a, fmt_of(v))
+        return hit
 
     def add(self, kind: str, name: str, tv: np.ndarray, tfmt: str, fv: np.ndarray, ffmt: str,
             op: str = "") -> TensorCheck:  # fmt: skip
@@ -80,9 +98,9 @@ class StepChecker:
         for node in self.twin.nodes:
             if node.op == "input" or node.name == "output":
                 continue
-            ta, fa = self.t.acts[node.name], self.f["acts"][node.name]
-            c = self.add("activation", node.name, to_np(ta), fmt_of(ta), np.asarray(fa.data),
-                         fa.fmt.name, node.op)  # fmt: skip
+            (ta, tfmt), fa = self.arr("acts", node.name), self.f["acts"][node.name]
+            c = self.add("activation", node.name, ta, tfmt, np.asarray(fa.data), fa.fmt.name,
+                         node.op)  # fmt: skip
             if not c.exact:
                 self.explain_forward(c, node)
             self.mark(c)
@@ -91,10 +109,9 @@ class StepChecker:
         out = []
         for a in node.args:
             if isinstance(a, Ref):
-                v = self.t.acts[a.name]
-                out.append(Tensor(to_np(v), fmt_of(v)))
+                out.append(exact_leaf(*self.arr("acts", a.name)))
             elif isinstance(a, Param):
-                out.append(Tensor(self.t.params_before[a.name], "float32"))
+                out.append(exact_leaf(self.t.params_before[a.name], "float32"))
             else:
                 out.append(a)
         return out
@@ -107,10 +124,9 @@ class StepChecker:
                 f"{self.pol.name!r} in {c.fpemu_format}: the policy entry differs"
             )
             return
-        args = self._local_args(node)
-        with np.errstate(all="ignore"), autocast(self.pol):
-            local = GRAPH_OPS[node.op](*args, **dict(node.options))
-        tv = to_np(self.t.acts[node.name])
+        leaves, local = self._local_graph(node)
+        args = [leaves.get(a, a) for a in node.args]
+        tv = self.arr("acts", node.name)[0]
         lc = compare_arrays(tv, np.asarray(local.data), c.torch_format, local.fmt.name)
         c.local_ulps = lc["max_ulps"]
         if lc["identical"] == lc["compared"] and self.propagated(c):
@@ -137,18 +153,18 @@ class StepChecker:
     # -- loss ----------------------------------------------------------------------------------
     def loss_check(self) -> None:
         tl, fl = self.t.loss, self.f["loss"]
-        c = self.add("loss", self.loss, to_np(tl), fmt_of(tl), np.asarray(fl.data), fl.fmt.name,
+        tlv = to_np(tl)
+        c = self.add("loss", self.loss, tlv, fmt_of(tl), np.asarray(fl.data), fl.fmt.name,
                      self.loss)  # fmt: skip
         if c.exact:
             return
-        logits = self.t.acts["output"]
         with np.errstate(all="ignore"), autocast(self.pol):
-            local = loss_value(self.loss, Tensor(to_np(logits), fmt_of(logits)), self.t.target)
-        lc = compare_arrays(to_np(tl), np.asarray(local.data), c.torch_format, local.fmt.name)
+            local = loss_value(self.loss, exact_leaf(*self.arr("acts", "output")), self.t.target)
+        lc = compare_arrays(tlv, np.asarray(local.data), c.torch_format, local.fmt.name)
         c.local_ulps = lc["max_ulps"]
         if lc["identical"] == lc["compared"] and self.propagated(c):
             return
-        shape = np.shape(to_np(logits))
+        shape = np.shape(self.arr("acts", "output")[0])
         k = int(np.prod(shape)) if self.loss == "mse" else int(np.sum(shape))
         c.cause, c.explained, c.bound_ulps = causes.explain_local(
             self.loss, c.torch_format, c.local_ulps, k
@@ -163,14 +179,14 @@ class StepChecker:
         for node in reversed(self.twin.nodes):
             if node.op == "input" or node.name == "output":
                 continue
-            tg, fa = self.t.act_grads.get(node.name), self.f["acts"][node.name]
-            if tg is None or fa.grad is None:
+            fa = self.f["acts"][node.name]
+            if self.t.act_grads.get(node.name) is None or fa.grad is None:
                 continue
-            c = self.add("backward", node.name, to_np(tg), fmt_of(tg), np.asarray(fa.grad),
-                         fa.grad_fmt.name, node.op)  # fmt: skip
+            tg, gfmt = self.arr("act_grads", node.name)
+            c = self.add("backward", node.name, tg, gfmt, np.asarray(fa.grad), fa.grad_fmt.name,
+                         node.op)  # fmt: skip
             if not c.exact:
-                leaf = Tensor(to_np(self.t.acts[node.name]), fmt_of(self.t.acts[node.name]),
-                              requires_grad=True)  # fmt: skip
+                leaf = exact_leaf(*self.arr("acts", node.name), requires_grad=True)
                 self.explain_backward(c, Ref(node.name), leaf, scaled=True)
 
     def _consumers(self, ref: Ref | Param) -> list[Any]:
@@ -185,32 +201,45 @@ class StepChecker:
         with np.errstate(all="ignore"):
             if cons.name == "output":  # the loss consumes the model output
                 ref = cons.args[0]
-                v = self.t.acts[ref.name]
-                leaves[ref] = Tensor(to_np(v), fmt_of(v), requires_grad=True)
+                leaves[ref] = exact_leaf(*self.arr("acts", ref.name), requires_grad=True)
                 with autocast(self.pol):
                     lv = loss_value(self.loss, leaves[ref], self.t.target)
                 s32: Any = np.float32(self.t.scale)  # a float32 tensor in torch's scale()
                 (fn.mul(lv, s32) if self.t.scale != 1 else lv).backward()
             else:
-                g = self.t.act_grads.get(cons.name)
-                if g is None:
+                if self.t.act_grads.get(cons.name) is None:
                     self._grad_cache[cons.name] = None
                     return None
-                args = []
-                for a, v in zip(cons.args, self._local_args(cons), strict=True):
-                    if isinstance(a, (Ref, Param)) and isinstance(v, Tensor):
-                        if a not in leaves:
-                            leaves[a] = Tensor(v.data, v.fmt, requires_grad=True)
-                            if isinstance(a, Param):
-                                leaves[a].grad_fmt = self.pol.grad_format
-                        v = leaves[a]
-                    args.append(v)
-                with autocast(self.pol):
-                    out = GRAPH_OPS[cons.op](*args, **dict(cons.options))
-                out.backward(to_np(g).astype(out.data.dtype))
+                g = self.arr("act_grads", cons.name)[0]
+                leaves, out = self._local_graph(cons)
+                del self._local[cons.name]  # its backward fills the leaves' gradients
+                out.backward(g.astype(out.data.dtype))
         grads = {a: t.grad for a, t in leaves.items()}
         self._grad_cache[cons.name] = grads
         return grads
+
+    def _local_graph(self, node: Any) -> tuple[dict[Any, Tensor], Tensor]:
+        """``node``'s op recomputed by fpemu from torch's inputs: (one leaf per distinct
+        ``Ref``/``Param`` argument, requiring gradients, parameters' in the policy's gradient
+        format; the output), computed once per node and step."""
+        hit = self._local.get(node.name)
+        if hit is not None:
+            return hit
+        leaves: dict[Any, Tensor] = {}
+        args = []
+        for a, v in zip(node.args, self._local_args(node), strict=True):
+            if isinstance(a, (Ref, Param)) and isinstance(v, Tensor):
+                if a not in leaves:
+                    v.requires_grad = True
+                    if isinstance(a, Param):
+                        v.grad_fmt = self.pol.grad_format
+                    leaves[a] = v
+                v = leaves[a]
+            args.append(v)
+        with np.errstate(all="ignore"), autocast(self.pol):
+            out = GRAPH_OPS[node.op](*args, **dict(node.options))
+        self._local[node.name] = (leaves, out)
+        return leaves, out
 
     def _local_grad(self, ref: Ref | Param, leaf: Tensor) -> tuple[Any, str] | None:
         """``ref``'s gradient recomputed by fpemu from torch's inputs and upstream gradients,
@@ -236,9 +265,10 @@ class StepChecker:
             c.cause, c.explained, c.note = "unexplained", False, "no local recomputation"
             return
         g, op = got
-        tv = to_np(self.t.act_grads[ref.name]) if tv is None else tv
-        if not scaled and self.t.scale != 1:  # torch's unscale_: times float32(1/float64(s))
-            g = (np.asarray(g, np.float32) * np.float32(1.0 / self.t.scale)).astype(np.float32)
+        tv = self.arr("act_grads", ref.name)[0] if tv is None else tv
+        unscale = self.t.scale if self.t.unscaled else 1.0  # parameter gradients' divisor
+        if not scaled and unscale != 1:  # torch's unscale_: times float32(1/float64(s))
+            g = (np.asarray(g, np.float32) * np.float32(1.0 / unscale)).astype(np.float32)
         lc = compare_arrays(tv, np.asarray(g), c.torch_format, c.torch_format)
         c.local_ulps = lc["max_ulps"]
         if lc["identical"] == lc["compared"]:
@@ -253,12 +283,12 @@ class StepChecker:
         cons = self._consumers(ref)
         if len(cons) == 1 and first in causes.MATMUL_OPS and first == "linear":
             node = cons[0]
-            gu = to_np(self.t.act_grads[node.name]).astype(np.float64)
+            gu = self.arr("act_grads", node.name)[0].astype(np.float64)
             comp = np.asarray(leaf.data)  # noqa: F841 - kept for symmetry with the forward
             args = self._local_args(node)
             fmt = self.pol.op_formats("linear", [a.fmt for a in args if isinstance(a, Tensor)])
             out = fmt[0].name
-            inv = 1.0 if scaled else 1.0 / self.t.scale
+            inv = 1.0 if scaled else 1.0 / unscale
             if isinstance(ref, Ref):  # dx = g @ W
                 b = causes.linear_bound(gu, np.asarray(args[1].data), None, out=out,
                                         transpose=False)  # fmt: skip
@@ -273,35 +303,44 @@ class StepChecker:
         if first == "layer_norm" and len(cons) == 1 and isinstance(ref, Param):
             bound = self._layer_norm_param_bound(cons[0], ref, tv, np.asarray(g))
         if first in causes.MATH_OPS and c.torch_format not in causes.LOW and len(cons) == 1:
-            gu = to_np(self.t.act_grads[cons[0].name])
+            gu = self.arr("act_grads", cons[0].name)[0]
             bound = causes.within(tv, np.asarray(g), causes.math_bound(
                 first, np.asarray(leaf.data), gu, out=c.torch_format), c.torch_format)  # fmt: skip
         k = int(tv.shape[0]) if tv.ndim else 1
         c.cause, c.explained, c.bound_ulps = causes.explain_local(
             first, c.torch_format, c.local_ulps, k, bound
         )
+        if not c.explained and first == "layer_norm" and len(cons) == 1 and \
+                isinstance(ref, Ref):  # fmt: skip
+            c.explained, c.bound_ulps = causes.within(
+                tv, np.asarray(g), self._layer_norm_input_bound(cons[0]), c.torch_format
+            )
         c.note = (
             f"the backward of {op} recomputed by fpemu from torch's inputs and upstream "
             f"gradient differs by {c.local_ulps:g} ulp (bound {c.bound_ulps})"
         )
 
+    def _layer_norm_input_bound(self, node: Any) -> np.ndarray:
+        return norm_bounds.layer_norm_input_bound(
+            self.arr("acts", node.args[0].name)[0],
+            self.arr("act_grads", node.name)[0],
+            self.t.params_before[node.args[1].name],
+            dict(node.options).get("eps", 1e-5),
+        )
+
     def _layer_norm_param_bound(self, node: Any, ref: Param, tv: np.ndarray,
                                 fv: np.ndarray) -> tuple[bool, float]:  # fmt: skip
-        """LayerNorm weight/bias gradients sum ``M`` rows: in float32 two orders differ by at
-        most ``2 M u sum|term|``; with a low-precision input torch rounds the running sum to
-        the input format after every row, and each of those ``M`` roundings can go the other
-        way: at most ``M ulp_low(sum|term|)`` (every partial sum is at most ``sum|term|``)."""
-        x = to_np(self.t.acts[node.args[0].name])
-        g = to_np(self.t.act_grads[node.name]).astype(np.float64) / self.t.scale
-        xh = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-5)
-        terms = np.abs(g * xh) if node.args[1] == ref else np.abs(g)
-        mag, rows = terms.sum(axis=0), terms.shape[0]
-        low = fmt_of(self.t.acts[node.args[0].name])
-        if low in causes.LOW:
-            b = rows * causes._ulp(mag, low) * 2
-        else:
-            b = 2 * rows * causes.U32 * mag
-        return causes.within(tv, fv, b + causes._ulp(tv, "float32"), "float32")
+        x, low = self.arr("acts", node.args[0].name)
+        unscale = self.t.scale if self.t.unscaled else 1.0
+        g = self.arr("act_grads", node.name)[0].astype(np.float64) / unscale
+        return norm_bounds.layer_norm_param_bound(
+            x,
+            g,
+            tv,
+            fv,
+            weight=node.args[1] == ref,
+            low=low if self.pol.category("layer_norm") == "native" else "float32",
+        )
 
     def param_grads(self) -> None:
         names = [n for n, _ in self.twin.named_parameters()]
@@ -311,7 +350,7 @@ class StepChecker:
                 continue
             c = self.add("grad", name, tg, "float32", np.asarray(fg, np.float32), "float32")
             if not c.exact:
-                leaf = Tensor(self.t.params_before[name], "float32", requires_grad=True)
+                leaf = exact_leaf(self.t.params_before[name], "float32", requires_grad=True)
                 leaf.grad_fmt = self.pol.grad_format
                 self.explain_backward(c, Param(name), leaf, scaled=False, tv=tg)
             self.mark(c)
@@ -338,21 +377,29 @@ class StepChecker:
             )
         self.mark(c)
 
-    def params(self) -> None:
+    def _shadow_step(self) -> None:
+        """The same update from torch's own parameters, optimizer state and gradients, in
+        ``self.shadow`` (run once, when a parameter first differs)."""
+        if self._shadow_done:
+            return
+        self._shadow_done = True
         sh = self.shadow
         names = [n for n, _ in self.twin.named_parameters()]
         for i, (p, n) in enumerate(zip(sh.params, names, strict=True)):
             p.data = self.t.params_before[n].copy()  # torch's parameters and optimizer state
             sh.state[i] = {k: v.copy() for k, v in self.t.opt_state.get(n, {}).items()}
         sh.steps = self.t.opt_steps
-        if not self.t.skipped:  # the same update from torch's own parameters and gradients
+        if not self.t.skipped:
             with np.errstate(all="ignore"):
                 sh.step([self.t.grads.get(n) for n in names])
-        for (name, p), q in zip(self.twin.named_parameters(), sh.params, strict=True):
+
+    def params(self) -> None:
+        for (name, p), q in zip(self.twin.named_parameters(), self.shadow.params, strict=True):
             tv = self.t.params_after[name]
             c = self.add("param", name, tv, "float32", np.asarray(p.data), p.fmt.name)
             if c.exact:
                 continue
+            self._shadow_step()
             lc = compare_arrays(tv, np.asarray(q.data), "float32", "float32")
             c.local_ulps = lc["max_ulps"]
             if lc["identical"] == lc["compared"]:
@@ -374,11 +421,3 @@ class StepChecker:
                 "addcmul_, add_ with alpha) on AVX2/AVX512 builds and not on the default "
                 "one, and its float32 sqrt is not correctly rounded"
             )
-
-
-#: An update ``w + d`` computed from the same inputs with a few roundings placed differently
-#: (fused or separate multiply-adds, a sqrt within one ulp) differs by a few ulps of ``d``
-#: (u = 2**-24 each) plus the final rounding of ``w + d``: ``k u |d| + ulp(w)``, with ``k``
-#: counting the float32 operations between the inputs and ``d`` (Adam: lerp, mul, addcmul,
-#: sqrt, div, add, mul, div: 8).
-OPTIMIZER_UPDATE_ROUNDINGS = 8.0

@@ -8,8 +8,7 @@ the compute dtype (the ``fp32_out_lower`` entry of the ``keras_mixed_*`` presets
 
 Supported: ``Dense`` (activations of ``ACTIVATIONS``), ``Activation``,
 ``LayerNormalization`` over the last axis with center and scale, ``Dropout`` (identity: the
-forward pass of inference). Training side by side (``compare_keras``) is not provided: see
-docs/validate-your-model.md.
+forward pass of inference). Training side by side: ``fpemu.validate.compare_keras``.
 """
 
 from __future__ import annotations

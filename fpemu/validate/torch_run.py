@@ -11,6 +11,9 @@ from typing import Any
 
 import numpy as np
 
+from fpemu.formats import get_format
+from fpemu.nn.tensor import Tensor
+
 _FORMATS = {"torch.float32": "float32", "torch.bfloat16": "bfloat16",
             "torch.float16": "float16", "torch.float64": "float64"}  # fmt: skip
 
@@ -45,6 +48,19 @@ def to_np(t: Any) -> np.ndarray:
     return np.asarray(t)
 
 
+def exact_leaf(data: np.ndarray, fmt: str, *, requires_grad: bool = False) -> Tensor:
+    """A leaf Tensor holding ``data``, whose values are already exact in ``fmt`` (torch's
+    tensors, widened exactly): ``Tensor(data, fmt)`` without its rounding pass, which would be
+    the identity (only a NaN payload could change, and NaN payloads are never compared).
+
+    >>> exact_leaf(np.float32([1.5]), "bfloat16").fmt.name
+    'bfloat16'
+    """
+    t = Tensor.derived(data, get_format(fmt), (), "leaf")
+    t.requires_grad = requires_grad
+    return t
+
+
 @dataclass
 class TorchStep:
     """What one torch step did (arrays in NumPy; activations kept as torch tensors)."""
@@ -60,6 +76,9 @@ class TorchStep:
     scale_after: float = 1.0
     tracker: int = 0
     skipped: bool = False
+    #: ``grads`` are divided by ``scale`` (torch's ``unscale_`` always; Keras's
+    #: LossScaleOptimizer only when every gradient is finite)
+    unscaled: bool = True
     #: the optimizer's per-parameter state before the step (momentum_buffer, exp_avg, ...)
     opt_state: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
     opt_steps: int = 0
@@ -90,6 +109,9 @@ class TorchTrainer:
                            weight_decay=h["weight_decay"], foreach=False)  # fmt: skip
         self.stepped = 0
         self.opt.register_step_post_hook(lambda *_: self._count())
+        #: the parameters after the last step: the next step's parameters before it (only this
+        #: trainer changes them), so they are copied once per step, not twice
+        self._last: dict[str, np.ndarray] | None = None
         self.scaler = (torch.amp.GradScaler("cpu", **grad_scaler)
                        if grad_scaler is not None else None)  # fmt: skip
 
@@ -97,12 +119,16 @@ class TorchTrainer:
         self.stepped += 1
 
     def _params(self) -> dict[str, np.ndarray]:
-        return {n: p.detach().numpy().copy() for n, p in self.net.named_parameters()}
+        out = {n: p.detach().numpy().copy() for n, p in self.net.named_parameters()}
+        for a in out.values():
+            a.setflags(write=False)  # shared by two steps' records: nothing may write them
+        return out
 
     def step(self, x: np.ndarray, y: np.ndarray) -> TorchStep:
         """One step on the batch ``(x, y)``."""
         torch = self.torch
-        rec = TorchStep(params_before=self._params(), target=y)
+        rec = TorchStep(params_before=self._last if self._last is not None else self._params(),
+                        target=y)  # fmt: skip
         for n, p in self.net.named_parameters():
             st = self.opt.state.get(p, {})
             rec.opt_state[n] = {k: v.detach().numpy().copy() for k, v in st.items()
@@ -141,7 +167,7 @@ class TorchTrainer:
         rec.act_grads = {k: v.grad for k, v in rec.acts.items()
                          if hasattr(v, "grad") and v.grad is not None}  # fmt: skip
         rec.acts = {k: v.detach() for k, v in rec.acts.items()}
-        rec.params_after = self._params()
+        rec.params_after = self._last = self._params()
         return rec
 
     def _grads(self) -> dict[str, np.ndarray]:
