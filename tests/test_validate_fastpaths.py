@@ -283,3 +283,67 @@ def test_within_equals_previous(fmt: str, scale: float) -> None:
     one, nxt = np.ones((2, 2), np.float32), np.full((2, 2), 1 + 2.0**-mbits, np.float32)
     assert within(one, nxt, np.zeros((2, 2)), fmt) == _previous_within(one, nxt, 0.0, fmt)
     assert within(one, nxt, np.zeros((2, 2)), fmt)[0]
+
+
+# -- causes.matmul_within: the bound only where the results differ ------------------------------
+def _full_within(t: Any, f: Any, x: Any, w: Any, b: Any, fmt: str, transpose: bool, scale: float,
+                 first_fmt: str | None) -> tuple[bool, float]:  # fmt: skip
+    """The whole-matrix route: one GEMM of magnitudes, then ``within`` restricted to the
+    differing elements (identical ones satisfy any bound) for the largest ratio."""
+    from fpemu.validate.causes import _ulp, linear_bound, within  # noqa: PLC0415
+
+    bound = linear_bound(x, w, b, out=fmt, transpose=transpose) * scale
+    if first_fmt is not None:
+        bound = bound + _ulp(t, first_fmt)
+    bound = bound.reshape(t.shape)
+    k = ~((t == f) | (np.isnan(t) & np.isnan(f)))
+    ok = within(t, f, bound, fmt)[0]
+    return ok, (within(t[k], f[k], bound[k], fmt)[1] if k.any() else 0.0)
+
+
+@pytest.mark.parametrize("n_diff", [0, 1, 7, 200])  # 200 of 24*20: the whole-matrix fallback
+@pytest.mark.parametrize("case", ["linear", "linear_bias", "dx", "dw", "db"])
+@pytest.mark.parametrize("fmt", ["bfloat16", "float32"])
+def test_matmul_within_matches_the_whole_matrix(n_diff: int, case: str, fmt: str) -> None:
+    from fpemu.validate.causes import matmul_within  # noqa: PLC0415
+
+    rng = np.random.default_rng(n_diff + len(case))
+    x = round_to(rng.standard_normal((24, 33)), "bfloat16").astype(np.float32)
+    w = round_to(rng.standard_normal((20, 33)), "bfloat16").astype(np.float32)
+    bias = round_to(rng.standard_normal(20), "bfloat16").astype(np.float32) if \
+        case == "linear_bias" else None  # fmt: skip
+    args: dict[str, Any] = {"transpose": case.startswith("linear"), "scale": 1.0,
+                            "first_fmt": None}  # fmt: skip
+    if case == "dx":  # (24, 20) @ (20, 33)
+        a, b = x[:, :20].copy(), w[:, :]
+    elif case == "dw":  # g^T x: a transposed view, as the checker passes it
+        a, b = x[:, :20].T, x
+        args.update(scale=2.0**-10, first_fmt="bfloat16")
+    elif case == "db":  # ones @ g, a 1-D result
+        a, b = np.ones((1, 24)), x[:, :20]
+    else:
+        a, b = x, w
+    exact = np.asarray(np.asarray(a, np.float64) @ (np.asarray(b, np.float64).T if
+                       args["transpose"] else np.asarray(b, np.float64)))  # fmt: skip
+    if bias is not None:
+        exact = exact + bias
+    if case == "db":
+        exact = exact[0]
+    t = round_to(exact, fmt).astype(np.float32)
+    f = t.copy()
+    idx = rng.choice(t.size, min(n_diff, t.size), replace=False)
+    step = 2.0 ** (-7 if fmt == "bfloat16" else -23)
+    # half of them one ulp off (within the bound), the rest, when asked, far off
+    f.flat[idx] = (t.flat[idx] * (1 + step)).astype(np.float32)
+    for far in (False, True):
+        g = f.copy()
+        if far and idx.size:
+            g.flat[idx[0]] = t.flat[idx[0]] * 1.5 + 1.0  # outside any reduction-order bound
+        got = matmul_within(t, g, a, b, bias, fmt=fmt, **args)
+        want = _full_within(t, g, a, b, bias, fmt, **args)
+        assert got[0] == want[0]
+        if far and idx.size:
+            assert not got[0]
+        # the largest ratio: the same bound summed in another float64 order (K = 33 positive
+        # terms: relative difference below 33 * 2**-53)
+        assert got[1] == pytest.approx(want[1], rel=2.0**-40, abs=0.0)

@@ -134,9 +134,9 @@ class StepChecker:
         bound = None
         if node.op in causes.MATMUL_OPS:
             xs = [np.asarray(a.data) if isinstance(a, Tensor) else a for a in args]
-            bound = causes.within(tv, np.asarray(local.data), causes.linear_bound(
-                xs[0], xs[1], xs[2] if len(xs) > 2 else None, out=c.torch_format,
-                transpose=node.op == "linear"), c.torch_format)  # fmt: skip
+            bound = causes.matmul_within(tv, np.asarray(local.data), xs[0], xs[1],
+                                         xs[2] if len(xs) > 2 else None, fmt=c.torch_format,
+                                         transpose=node.op == "linear")  # fmt: skip
         if node.op in causes.MATH_OPS and c.torch_format not in causes.LOW:
             xin = np.asarray(args[0].data)
             bound = causes.within(tv, np.asarray(local.data), causes.math_bound(
@@ -211,8 +211,7 @@ class StepChecker:
                     self._grad_cache[cons.name] = None
                     return None
                 g = self.arr("act_grads", cons.name)[0]
-                leaves, out = self._local_graph(cons)
-                del self._local[cons.name]  # its backward fills the leaves' gradients
+                leaves, out = self._local_graph(cons)  # kept: later uses read only .data
                 out.backward(g.astype(out.data.dtype))
         grads = {a: t.grad for a, t in leaves.items()}
         self._grad_cache[cons.name] = grads
@@ -220,8 +219,8 @@ class StepChecker:
 
     def _local_graph(self, node: Any) -> tuple[dict[Any, Tensor], Tensor]:
         """``node``'s op recomputed by fpemu from torch's inputs: (one leaf per distinct
-        ``Ref``/``Param`` argument, requiring gradients, parameters' in the policy's gradient
-        format; the output), computed once per node and step."""
+        ``Ref``/``Param`` argument, requiring gradients where torch has one, parameters' in the
+        policy's gradient format; the output), computed once per node and step."""
         hit = self._local.get(node.name)
         if hit is not None:
             return hit
@@ -230,7 +229,10 @@ class StepChecker:
         for a, v in zip(node.args, self._local_args(node), strict=True):
             if isinstance(a, (Ref, Param)) and isinstance(v, Tensor):
                 if a not in leaves:
-                    v.requires_grad = True
+                    # an activation's gradient only where torch has one to compare (not the
+                    # model's input: that would be one more GEMM per first layer, unused)
+                    v.requires_grad = isinstance(a, Param) or \
+                        self.t.act_grads.get(a.name) is not None  # fmt: skip
                     if isinstance(a, Param):
                         v.grad_fmt = self.pol.grad_format
                     leaves[a] = v
@@ -284,22 +286,19 @@ class StepChecker:
         if len(cons) == 1 and first in causes.MATMUL_OPS and first == "linear":
             node = cons[0]
             gu = self.arr("act_grads", node.name)[0].astype(np.float64)
-            comp = np.asarray(leaf.data)  # noqa: F841 - kept for symmetry with the forward
             args = self._local_args(node)
             fmt = self.pol.op_formats("linear", [a.fmt for a in args if isinstance(a, Tensor)])
             out = fmt[0].name
             inv = 1.0 if scaled else 1.0 / unscale
             if isinstance(ref, Ref):  # dx = g @ W
-                b = causes.linear_bound(gu, np.asarray(args[1].data), None, out=out,
-                                        transpose=False)  # fmt: skip
+                xw = (gu, np.asarray(args[1].data))
             elif node.args[1] == ref:  # dW = g^T x
-                b = causes.linear_bound(gu.T, np.asarray(args[0].data), None, out=out,
-                                        transpose=False)  # fmt: skip
+                xw = (gu.T, np.asarray(args[0].data))
             else:  # db = sum over the batch
-                b = causes.linear_bound(np.ones((1, gu.shape[0])), gu, None, out=out,
-                                        transpose=False)[0]  # fmt: skip
-            b = b * inv + causes._ulp(tv, out)  # dW is rounded to the compute format first
-            bound = causes.within(tv, np.asarray(g), b, c.torch_format)
+                xw = (np.ones((1, gu.shape[0])), gu)
+            # dW is rounded to the compute format first (first_fmt), then unscaled (inv)
+            bound = causes.matmul_within(tv, np.asarray(g), *xw, fmt=c.torch_format,
+                                         transpose=False, scale=inv, first_fmt=out)  # fmt: skip
         if first == "layer_norm" and len(cons) == 1 and isinstance(ref, Param):
             bound = self._layer_norm_param_bound(cons[0], ref, tv, np.asarray(g))
         if first in causes.MATH_OPS and c.torch_format not in causes.LOW and len(cons) == 1:

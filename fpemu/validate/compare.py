@@ -29,11 +29,13 @@ from fpemu.training.loop import GradView
 from fpemu.validate.audit import autocast_audit
 from fpemu.validate.checker import StepChecker, loss_value
 from fpemu.validate.from_torch import from_torch
+from fpemu.validate.lockstep import lockstep_step, sync_state
 from fpemu.validate.model_report import ModelReport
 from fpemu.validate.torch_run import TorchTrainer, to_np
 
 LOSSES = ("cross_entropy", "mse")
 OPTIMIZERS = ("sgd", "adam", "adamw")
+MODES = ("independent", "lockstep")
 SCALER_KEYS = ("init_scale", "growth_factor", "backoff_factor", "growth_interval", "enabled")
 
 
@@ -106,7 +108,7 @@ def compare_torch(
     optimizer: str = "sgd", lr: float = 0.01, momentum: float = 0.0, weight_decay: float = 0.0,
     betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, autocast: Any = None,
     grad_scaler: Mapping[str, Any] | None = None, steps: int = 1,
-    policy: Policy | str | None = None, audit: bool = True,
+    policy: Policy | str | None = None, audit: bool = True, mode: str = "independent",
 ) -> ModelReport:  # fmt: skip
     """Run ``steps`` training steps in torch and in fpemu; compare every tensor of every step.
 
@@ -125,6 +127,11 @@ def compare_torch(
         policy: the fpemu policy (default: the preset matching ``autocast``).
         audit: also record the dtype torch used for every ATen op of one forward and backward
             pass beside the policy's format (``fpemu.validate.audit.autocast_audit``).
+        mode: ``"independent"``: fpemu trains its own copy from the same initial weights, and
+            a tensor that differs is recomputed from torch's inputs to find where the
+            difference arose; ``"lockstep"``: every op of every step is computed by fpemu from
+            torch's own inputs and state (``fpemu.validate.lockstep``): each difference is
+            local, at about the cost of one fpemu step, but the runs' drift is not shown.
 
     Returns:
         A ``fpemu.validate.model_report.ModelReport``.
@@ -133,6 +140,8 @@ def compare_torch(
         ValueError: a bad argument (named, with what is accepted), or an unsupported model.
     """
     loss = loss_name(loss)
+    if mode not in MODES:
+        raise ValueError(f"mode={mode!r}: accepted {', '.join(MODES)}")
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"optimizer={optimizer!r}: accepted {', '.join(OPTIMIZERS)}")
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
@@ -156,7 +165,8 @@ def compare_torch(
                                     for p in twin.parameters()], hyper)  # fmt: skip
     scaler = get_scaler("torch", **kw) if grad_scaler is not None else get_scaler("none")
     report = ModelReport(settings={
-        "model": type(model).__name__, "policy": pol.name, "autocast": repr(autocast),
+        "model": type(model).__name__, "mode": mode, "policy": pol.name,
+        "autocast": repr(autocast),
         "grad_scaler": repr(grad_scaler), "loss": loss, "optimizer": optimizer,
         "hyperparameters": repr(hyper), "steps": steps,
         "torch": f"{trainer.torch.__version__} ({trainer.torch.backends.cpu.get_cpu_capability()}, "
@@ -167,13 +177,28 @@ def compare_torch(
     for s in range(steps):
         before = {n: p.data.copy() for n, p in twin.named_parameters()}
         t = trainer.step(xs[s], ys[s])
-        f = _fpemu_step(twin, opt, scaler, xs[s], ys[s], str(loss), pol)
-        StepChecker(report, s, twin, pol, t, f, before, shadow, str(loss)).run()
+        if mode == "lockstep":  # fpemu's step from torch's state, each op on torch's inputs
+            sync_state(opt, scaler, twin, t, _scaler_state(scaler, t))
+            ck = StepChecker(report, s, twin, pol, t, {}, t.params_before, shadow, str(loss))
+            f = ck.f = lockstep_step(ck, opt, scaler, str(loss), pol)
+        else:
+            f = _fpemu_step(twin, opt, scaler, xs[s], ys[s], str(loss), pol)
+            ck = StepChecker(report, s, twin, pol, t, f, before, shadow, str(loss))
+        ck.run()
         report.trace.append({"step": s, "loss_torch": float(to_np(t.loss)),
                              "loss_fpemu": float(f["loss"].item()), "scale": t.scale,
                              "skipped_torch": t.skipped,
                              "skipped_fpemu": f["skipped"]})  # fmt: skip
     return report
+
+
+def _scaler_state(scaler: Any, t: Any) -> dict[str, Any] | None:
+    """torch's scaler state before step ``t``, in ``state_dict`` form (None: no scaler)."""
+    st = dict(scaler.state_dict()) if scaler.is_enabled() else {}
+    if "_growth_tracker" not in st:  # disabled, or no scaler at all
+        return None
+    st["scale"], st["_growth_tracker"] = t.scale, t.tracker_before
+    return st
 
 
 def _fpemu_step(twin: GraphModule, opt: Optimizer, scaler: Any, x: np.ndarray, y: np.ndarray,

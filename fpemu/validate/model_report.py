@@ -145,21 +145,24 @@ def compare_arrays(t: np.ndarray, f: np.ndarray, t_fmt: str, f_fmt: str) -> dict
     if t_fmt != f_fmt:
         same = np.zeros(t.shape, bool)
         dist = np.full(t.shape, np.inf)
+        n_same = 0
     else:
         ct, cf = _codes_view(t, t_fmt), _codes_view(f, f_fmt)
         same = ct == cf
-        if not same.all():
+        n_same = int(np.count_nonzero(same))
+        if n_same < n:
             same |= np.isnan(t) & np.isnan(f)  # NaN payloads are not compared
+            n_same = int(np.count_nonzero(same))
         dist = np.zeros(0)
-        if not same.all() and _BITS[t_fmt][1] == 16:
+        if n - n_same > n // 16 and _BITS[t_fmt][1] == 16:  # many differ: whole arrays
             dist = np.array([_max_distance16(t, f, ct, cf, same)])
-        elif not same.all():  # distances of the differing elements only (usually a few)
+        elif n_same < n:  # distances of the differing elements only (usually a few)
             k = ~same
             dist = _distance(t[k], f[k], ct[k], cf[k], t_fmt)
-    out: dict[str, Any] = {"compared": n, "identical": int(np.count_nonzero(same)),
+    out: dict[str, Any] = {"compared": n, "identical": n_same,
                            "max_ulps": float(dist.max()) if dist.size else 0.0,
                            "first": None}  # fmt: skip
-    if n and not same.all():
+    if n_same < n:
         i = np.unravel_index(int(np.argmin(same.reshape(-1))), t.shape)  # the first False
         hex_t = f"0x{int(codes(t[i], t_fmt)):0{_BITS[t_fmt][1] // 4}x}"
         hex_f = f"0x{int(codes(f[i], f_fmt)):0{_BITS[f_fmt][1] // 4}x}"

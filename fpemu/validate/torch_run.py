@@ -75,6 +75,8 @@ class TorchStep:
     scale: float = 1.0
     scale_after: float = 1.0
     tracker: int = 0
+    #: the scaler's growth tracker before the step (``tracker`` is after it)
+    tracker_before: int = 0
     skipped: bool = False
     #: ``grads`` are divided by ``scale`` (torch's ``unscale_`` always; Keras's
     #: LossScaleOptimizer only when every gradient is finite)
@@ -152,6 +154,8 @@ class TorchTrainer:
         before = self.stepped
         if self.scaler is not None:
             rec.scale = float(self.scaler.get_scale())
+            st0 = self.scaler.state_dict()  # {} when the scaler is disabled
+            rec.tracker_before = int(st0.get("_growth_tracker", 0))
             self.scaler.scale(loss).backward()
             self.scaler.unscale_(self.opt)
             rec.grads = self._grads()
