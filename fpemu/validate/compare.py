@@ -175,13 +175,13 @@ def compare_torch(
         report.audit = autocast_audit(model, xs[0], ys[0], autocast=autocast, policy=pol,
                                       loss=str(loss))  # fmt: skip
     for s in range(steps):
-        before = {n: p.data.copy() for n, p in twin.named_parameters()}
         t = trainer.step(xs[s], ys[s])
         if mode == "lockstep":  # fpemu's step from torch's state, each op on torch's inputs
             sync_state(opt, scaler, twin, t, _scaler_state(scaler, t))
             ck = StepChecker(report, s, twin, pol, t, {}, t.params_before, shadow, str(loss))
             f = ck.f = lockstep_step(ck, opt, scaler, str(loss), pol)
-        else:
+        else:  # fpemu's parameters before its step: torch's at step 0, its own later
+            before = {n: p.data.copy() for n, p in twin.named_parameters()}
             f = _fpemu_step(twin, opt, scaler, xs[s], ys[s], str(loss), pol)
             ck = StepChecker(report, s, twin, pol, t, f, before, shadow, str(loss))
         ck.run()

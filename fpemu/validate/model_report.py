@@ -139,7 +139,7 @@ def compare_arrays(t: np.ndarray, f: np.ndarray, t_fmt: str, f_fmt: str) -> dict
         # the usual case, a bit-identical tensor, in one pass: codes are a function of the
         # stored bits, so equal storage means equal codes
         u = np.uint32 if t.dtype == np.float32 else np.uint64
-        if np.array_equal(t.view(u), f.view(u)):
+        if bool((t.view(u) == f.view(u)).all()):  # (np.array_equal's checks cost more here)
             return {"compared": n, "identical": n, "max_ulps": 0.0, "first": None}
     dist: np.ndarray
     if t_fmt != f_fmt:

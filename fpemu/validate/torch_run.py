@@ -97,6 +97,7 @@ class TorchTrainer:
         self.torch = torch
         self.net = net
         self.traced = torch.fx.symbolic_trace(net)
+        self._recorder: _Recorder | None = None
         self.loss = loss
         self.autocast = autocast
         params = list(net.parameters())
@@ -140,7 +141,10 @@ class TorchTrainer:
         self.opt.zero_grad(set_to_none=True)
         xt = torch.from_numpy(np.ascontiguousarray(x, np.float32))
         yt = torch.from_numpy(np.ascontiguousarray(y))
-        interp = _Recorder(self.traced, rec.acts)
+        if self._recorder is None:  # one interpreter for every step (its set-up is not free)
+            self._recorder = _Recorder(self.traced, rec.acts)
+        interp = self._recorder
+        interp.store = rec.acts
         ctx = (torch.autocast(self.autocast[0], dtype=_dtype(torch, self.autocast[1]))
                if self.autocast is not None else _Null())  # fmt: skip
         with ctx:
