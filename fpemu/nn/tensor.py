@@ -226,8 +226,10 @@ class Tensor:
         """Forget the gradient."""
         self.grad = None
 
-    def backward(self, grad: Any = None) -> None:
+    def backward(self, grad: Any = None, *, exact: bool = False) -> None:
         """Reverse-mode sweep from this tensor; ``grad`` defaults to 1 for a one-element tensor.
+        ``exact=True`` promises that ``grad`` already holds values of ``grad_fmt`` (its first
+        rounding, the identity, is skipped: ``accumulate``).
 
         Raises:
             ValueError: no ``grad`` for a tensor with more than one element, or a shape mismatch.
@@ -252,7 +254,8 @@ class Tensor:
         was = self.requires_grad
         self.requires_grad = True
         m = xp(self.data)  # a NumPy ``grad`` for device data is copied over explicitly
-        self.accumulate(m.broadcast_to(m.asarray(grad, dtype=self.data.dtype), self.shape))
+        self.accumulate(m.broadcast_to(m.asarray(grad, dtype=self.data.dtype), self.shape),
+                        exact=exact)  # fmt: skip
         self.requires_grad = was
         for node in reversed(order):
             if node._backward is not None and node.grad is not None:

@@ -219,9 +219,10 @@ class StepChecker:
                 if self.t.act_grads.get(cons.name) is None:
                     self._grad_cache[cons.name] = None
                     return None
-                g = self.arr("act_grads", cons.name)[0]
+                g, gfmt = self.arr("act_grads", cons.name)
                 leaves, out = self._local_graph(cons)  # kept: later uses read only .data
-                out.backward(g.astype(out.data.dtype))
+                # torch's gradient holds values of its format: no rounding when it is fpemu's
+                out.backward(g.astype(out.data.dtype), exact=gfmt == out.grad_fmt.name)
         grads = {a: t.grad for a, t in leaves.items()}
         self._grad_cache[cons.name] = grads
         return grads

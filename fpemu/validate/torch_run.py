@@ -43,7 +43,7 @@ def to_np(t: Any) -> np.ndarray:
 
         t = t.detach().cpu()
         if t.dtype in (torch.bfloat16, torch.float16):
-            t = t.float()
+            return np.asarray(t.float().numpy())  # a new tensor already: no copy needed
         return np.asarray(t.numpy()).copy()
     return np.asarray(t)
 
