@@ -8,7 +8,9 @@ them, so this package imports without them.
   markdown); the command line is ``fpemu validate torch``.
 * ``from_torch`` brings your own PyTorch model into fpemu and ``compare_torch`` trains
   it side by side with torch, comparing every tensor of every step bit for bit
-  (``ModelReport``); the command line is ``fpemu validate model FILE.py:FACTORY``.
+  (``ModelReport``), either as two independent runs or in lockstep (every op of every step
+  from torch's own inputs: ``fpemu.validate.lockstep``); the command line is
+  ``fpemu validate model FILE.py:FACTORY``.
   ``from_keras`` does the conversion for a Keras 3 ``Sequential`` model and
   ``compare_keras`` trains it side by side with Keras (torch backend, mixed policies,
   ``LossScaleOptimizer``), with the same report.
