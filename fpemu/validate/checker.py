@@ -19,16 +19,9 @@ from fpemu.nn import functional as fn
 from fpemu.nn.graph import GRAPH_OPS, GraphModule, Param, Ref
 from fpemu.nn.optim import Optimizer
 from fpemu.nn.tensor import Tensor, round_to
-from fpemu.validate import causes, norm_bounds
+from fpemu.validate import causes, norm_bounds, update_checks
 from fpemu.validate.model_report import ModelReport, TensorCheck, compare_arrays
 from fpemu.validate.torch_run import TorchStep, exact_leaf, fmt_of, to_np
-
-#: An update ``w + d`` computed from the same inputs with a few roundings placed differently
-#: (fused or separate multiply-adds, a sqrt within one ulp) differs by a few ulps of ``d``
-#: (u = 2**-24 each) plus the final rounding of ``w + d``: ``k u |d| + ulp(w)``, with ``k``
-#: counting the float32 operations between the inputs and ``d`` (Adam: lerp, mul, addcmul,
-#: sqrt, div, add, mul, div: 8).
-OPTIMIZER_UPDATE_ROUNDINGS = 8.0
 
 
 def loss_value(loss: str, out: Tensor, y: np.ndarray) -> Tensor:
@@ -366,69 +359,12 @@ class StepChecker:
                 self.explain_backward(c, Param(name), leaf, scaled=False, tv=tg)
             self.mark(c)
 
-    # -- scaler and parameters -----------------------------------------------------------------
+    # -- scaler and parameters: fpemu.validate.update_checks --------------------------------------
     def scaler_check(self) -> None:
-        t, f = self.t, self.f
-        tv = np.array([t.scale_after, t.tracker, float(t.skipped)], np.float64)
-        fv = np.array([f["scale_after"], f["tracker"], float(f["skipped"])], np.float64)
-        c = self.add("scaler", "scale, growth tracker, skipped", tv, "float64", fv, "float64")
-        if c.exact:
-            return
-        # The scaler's rule is exact arithmetic on (scale, tracker, found_inf): it can only
-        # differ legitimately when the two sides found different gradients non-finite.
-        grads_differ = any(not g.exact for g in self.r.select(step=self.s, kind="grad"))
-        if t.skipped != f["skipped"] and grads_differ:
-            c.cause, c.explained = "propagated", True
-            c.note = "the gradients differ and only one side found an inf/NaN"
-        else:
-            c.cause, c.explained = "unexplained", False
-            c.note = (
-                f"the same skip decision gave torch (scale, tracker, skipped) = "
-                f"{tv.tolist()} and fpemu {fv.tolist()}"
-            )
-        self.mark(c)
+        update_checks.scaler_check(self)
 
     def _shadow_step(self) -> None:
-        """The same update from torch's own parameters, optimizer state and gradients, in
-        ``self.shadow`` (run once, when a parameter first differs)."""
-        if self._shadow_done:
-            return
-        self._shadow_done = True
-        sh = self.shadow
-        names = [n for n, _ in self.twin.named_parameters()]
-        for i, (p, n) in enumerate(zip(sh.params, names, strict=True)):
-            p.data = self.t.params_before[n].copy()  # torch's parameters and optimizer state
-            sh.state[i] = {k: v.copy() for k, v in self.t.opt_state.get(n, {}).items()}
-        sh.steps = self.t.opt_steps
-        if not self.t.skipped:
-            with np.errstate(all="ignore"):
-                sh.step([self.t.grads.get(n) for n in names])
+        update_checks.shadow_step(self)
 
     def params(self) -> None:
-        for (name, p), q in zip(self.twin.named_parameters(), self.shadow.params, strict=True):
-            tv = self.t.params_after[name]
-            c = self.add("param", name, tv, "float32", np.asarray(p.data), p.fmt.name)
-            if c.exact:
-                continue
-            self._shadow_step()
-            lc = compare_arrays(tv, np.asarray(q.data), "float32", "float32")
-            c.local_ulps = lc["max_ulps"]
-            if lc["identical"] == lc["compared"]:
-                c.cause, c.explained = "propagated", True
-                c.note = (
-                    "fpemu's update of torch's parameters, state and gradients is "
-                    "bit-identical: the difference comes from "
-                    f"{self.upstream or 'earlier steps'}"
-                )
-                continue
-            c.cause = "optimizer"
-            step = np.abs(tv.astype(np.float64) - self.t.params_before[name].astype(np.float64))
-            bound = OPTIMIZER_UPDATE_ROUNDINGS * causes.U32 * step + causes._ulp(tv, "float32")
-            c.explained, c.bound_ulps = causes.within(tv, np.asarray(q.data), bound, "float32")
-            c.note = (
-                f"the same update from torch's parameters, optimizer state and gradients "
-                f"differs by {c.local_ulps:g} ulp, within {OPTIMIZER_UPDATE_ROUNDINGS:g} "
-                "roundings of the update: torch's CPU kernels fuse multiply-adds (lerp_, "
-                "addcmul_, add_ with alpha) on AVX2/AVX512 builds and not on the default "
-                "one, and its float32 sqrt is not correctly rounded"
-            )
+        update_checks.params_check(self)
