@@ -192,3 +192,25 @@ def test_wrong_scaler_is_pinned_to_the_growth_step(monkeypatch: pytest.MonkeyPat
     first = compare_torch(model, x, y, mode="lockstep", **kw).first_unexplained()
     assert first is not None and (first.step, first.kind) == (1, "scaler")
     assert first.first is not None and first.first["index"] == "(0,)"  # torch grew the scale
+
+
+def test_cli_lockstep(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    import json  # noqa: PLC0415
+
+    from fpemu.cli import main  # noqa: PLC0415
+
+    f = tmp_path / "net.py"
+    f.write_text(
+        "import torch\n\n"
+        "def make():\n"
+        "    torch.manual_seed(0)\n"
+        "    net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(),\n"
+        "                              torch.nn.Linear(8, 3))\n"
+        "    g = torch.Generator().manual_seed(1)\n"
+        "    return net, torch.randn(8, 4, generator=g), torch.randint(0, 3, (8,), generator=g)\n"
+    )
+    rc = main(["validate", "model", f"{f}:make", "--steps", "2", "--lockstep", "--json"])
+    d = json.loads(capsys.readouterr().out)
+    assert rc == 0 and d["ok"] is True and d["settings"]["mode"] == "lockstep"
+    assert main(["validate", "model", f"{f}:make", "--steps", "1", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["settings"]["mode"] == "independent"

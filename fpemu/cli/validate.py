@@ -84,6 +84,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--optimizer", default=None, metavar="sgd|adam|adamw", help="(model) optimizer (sgd)"
     )
     parser.add_argument("--lr", type=float, default=None, help="(model) learning rate (0.01)")
+    parser.add_argument("--lockstep", action="store_true",
+                        help="(model) every op of every step from torch's own inputs and state "
+                             "(each difference local; about half the time) instead of two "
+                             "independent runs")  # fmt: skip
 
 
 def scaler_option(text: str) -> dict[str, Any] | None:
@@ -163,6 +167,8 @@ def _model_options(args: argparse.Namespace, options: dict[str, Any]) -> dict[st
         kw["optimizer"] = args.optimizer
     if args.lr is not None:
         kw["lr"] = args.lr
+    if args.lockstep:
+        kw["mode"] = "lockstep"
     return kw
 
 
