@@ -96,16 +96,18 @@ def matmul_within(
     wk = w if transpose else w.T  # (N, K): output column j uses row j
     ok2 = t.ndim >= 1 and x.shape[-1] == wk.shape[-1] and t.shape[-1] == wk.shape[0] and \
         t.size == x.size // max(x.shape[-1], 1) * wk.shape[0]  # fmt: skip
-    differ = ~((t == f) | (np.isnan(t) & np.isnan(f)))
-    if not differ.any():
+    idx = np.flatnonzero(t != f)  # one pass; NaN != NaN, so both-NaN pairs are dropped next
+    if idx.size:
+        idx = idx[~(np.isnan(t.flat[idx]) & np.isnan(f.flat[idx]))]  # payloads not compared
+    if not idx.size:
         return True, 0.0
-    if not ok2 or np.count_nonzero(differ) > GATHER_FRACTION * t.size:
+    if not ok2 or idx.size > GATHER_FRACTION * t.size:
         bound = linear_bound(x, w, b, out=fmt, transpose=transpose) * scale
         if first_fmt is not None:
             bound = bound + _ulp(t, first_fmt)
-        bound = bound.reshape(t.shape)
-        return within(t[differ], f[differ], bound[differ], fmt)
-    rows, cols = np.nonzero(differ.reshape(-1, t.shape[-1]))
+        bound = bound.reshape(-1)
+        return within(t.flat[idx], f.flat[idx], bound[idx], fmt)
+    rows, cols = np.divmod(idx, t.shape[-1])
     x2 = x.reshape(-1, x.shape[-1])
     mag = np.empty(rows.size, np.float64)
     step = max(1, 2**20 // max(x.shape[-1], 1))  # gathered blocks of about 8 MB

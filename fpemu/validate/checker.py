@@ -38,7 +38,9 @@ class StepChecker:
                  shadow: Optimizer, loss: str) -> None:  # fmt: skip
         self.r, self.s, self.twin, self.pol, self.t, self.f = report, step, twin, pol, t, f
         self.before, self.shadow, self.loss = before, shadow, loss
-        self.params_differ = any(not np.array_equal(before[n], t.params_before[n]) for n in before)
+        self.params_differ = any(before[n] is not t.params_before[n] and
+                                 not np.array_equal(before[n], t.params_before[n])
+                                 for n in before)  # fmt: skip
         self.upstream = ""  # the first differing tensor of this step so far
         self._grad_cache: dict[str, dict[Any, Any] | None] = {}
         # torch's tensors as (read-only NumPy array, format), converted once per step
@@ -48,6 +50,8 @@ class StepChecker:
         # inputs; requires_grad and grad_fmt do not change a forward result)
         self._local: dict[str, tuple[dict[Any, Tensor], Tensor]] = {}
         self._shadow_done = False
+        #: the loss on torch's output, once the loss's backward has been recomputed
+        self.local_loss: Tensor | None = None
 
     def arr(self, which: str, name: str) -> tuple[np.ndarray, str]:
         """torch's ``acts``/``act_grads`` entry ``name`` as a read-only array and its format."""
@@ -205,7 +209,7 @@ class StepChecker:
                 ref = cons.args[0]
                 leaves[ref] = exact_leaf(*self.arr("acts", ref.name), requires_grad=True)
                 with autocast(self.pol):
-                    lv = loss_value(self.loss, leaves[ref], self.t.target)
+                    lv = self.local_loss = loss_value(self.loss, leaves[ref], self.t.target)
                 s32: Any = np.float32(self.t.scale)  # a float32 tensor in torch's scale()
                 (fn.mul(lv, s32) if self.t.scale != 1 else lv).backward()
             else:

@@ -56,7 +56,7 @@ def sync_state(opt: Optimizer, scaler: Any, twin: GraphModule, t: TorchStep,
     """Start fpemu's step from torch's: parameters, optimizer state, scaler state."""
     names = [n for n, _ in twin.named_parameters()]
     for i, (p, n) in enumerate(zip(opt.params, names, strict=True)):
-        p.data = t.params_before[n].copy()
+        p.data = t.params_before[n]  # read-only: the optimizer replaces it, never writes it
         p.grad = None
         opt.state[i] = {k: v.copy() for k, v in t.opt_state.get(n, {}).items()}
     opt.steps = t.opt_steps
@@ -75,8 +75,6 @@ def lockstep_step(ck: StepChecker, opt: Optimizer, scaler: Any, loss: str,
     for node in nodes:
         _, out = ck._local_graph(node)
         acts[node.name] = LocalTensor(np.asarray(out.data), out.fmt, None, out.fmt)
-    with np.errstate(all="ignore"), autocast(pol):
-        lv = loss_value(loss, exact_leaf(*ck.arr("acts", "output")), t.target)
     for node in nodes:
         if t.act_grads.get(node.name) is None:
             continue
@@ -84,6 +82,10 @@ def lockstep_step(ck: StepChecker, opt: Optimizer, scaler: Any, loss: str,
         got = ck._local_grad(Ref(node.name), leaf)
         if got is not None:
             acts[node.name].grad, acts[node.name].grad_fmt = np.asarray(got[0]), leaf.grad_fmt
+    lv = ck.local_loss  # computed with the output's gradient (the loss's own backward)
+    if lv is None:  # no gradient reached the output: compute the loss alone
+        with np.errstate(all="ignore"), autocast(pol):
+            lv = loss_value(loss, exact_leaf(*ck.arr("acts", "output")), t.target)
     names = [n for n, _ in twin.named_parameters()]
     with np.errstate(all="ignore"):
         for p, n in zip(opt.params, names, strict=True):
