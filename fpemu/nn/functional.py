@@ -479,7 +479,10 @@ def mse(pred: Tensor, target: Tensor | Any, *, policy: Policy | str | None = Non
 
     def _backward() -> None:
         assert y.grad is not None
-        gp = 2 * d * (y.grad.astype(d.dtype) / d.size)
+        # PyTorch's CPU kernel (ATen mse_backward_cpu_kernel): ``norm * (a - b) * grad`` with
+        # norm = 2/N converted to the tensor's type, two roundings left to right
+        norm = d.dtype.type(2.0 / d.size)
+        gp = norm * d * y.grad.astype(d.dtype)
         pc.accumulate(gp)
         tc.accumulate(-gp)
 

@@ -27,7 +27,9 @@ from fpemu.validate.torch_run import TorchStep, exact_leaf, fmt_of, to_np
 def loss_value(loss: str, out: Tensor, y: np.ndarray) -> Tensor:
     if loss == "cross_entropy":
         return fn.cross_entropy(out, np.asarray(y))
-    return fn.mse(out, np.asarray(y, np.float64))
+    # the target is float32 data (torch's autocast runs mse_loss in float32: it is not rounded
+    # to the prediction's low format)
+    return fn.mse(out, Tensor(np.asarray(y, np.float64), "float32"))
 
 
 class StepChecker:
