@@ -180,7 +180,13 @@ def test_wrong_loss_scale_growth_is_pinned_to_its_step(monkeypatch: pytest.Monke
 def test_bad_arguments() -> None:
     x, y = _data(1)
     m = _model("mixed_bfloat16", _plain)
-    for kw, match in (({"loss": "mse"}, r"loss='mse': accepted cross_entropy"),
+    for kw, match in (({"loss": "hinge"}, r"loss='hinge': accepted cross_entropy, mse"),
+                      ({"loss": "mse"}, r"targets: shape \(16,\) for loss='mse'; accepted"),
+                      ({"optimizer": "rmsprop"}, r"optimizer='rmsprop': accepted sgd, adam"),
+                      ({"optimizer": "adam", "beta_1": 1.0},
+                       r"beta_1=1.0: accepted a number in \[0, 1\)"),
+                      ({"optimizer": "adamw", "epsilon": -1.0},
+                       r"epsilon=-1.0: accepted a finite number >= 0"),
                       ({"steps": 0}, r"steps=0: accepted an int >= 1"),
                       ({"lr": -1.0}, r"lr=-1.0: accepted a finite number > 0"),
                       ({"momentum": 2.0}, r"momentum=2.0: accepted a number in \[0, 1\]"),

@@ -37,7 +37,8 @@ MATH_ULPS_F32 = 8.0
 EXACT_OPS = frozenset({"relu", "add", "sub", "mul", "identity", "flatten"})
 MATMUL_OPS = frozenset({"linear", "matmul"})
 MATH_OPS = frozenset({"gelu", "gelu_erf", "silu", "tanh", "sigmoid"})
-REDUCTION_OPS = frozenset({"softmax", "log_softmax", "layer_norm", "cross_entropy", "mse"})
+REDUCTION_OPS = frozenset({"softmax", "log_softmax", "layer_norm", "cross_entropy", "mse",
+                           "keras_mse"})  # fmt: skip
 LOW = ("bfloat16", "float16")
 
 

@@ -20,13 +20,18 @@ from fpemu.nn.graph import GRAPH_OPS, GraphModule, Param, Ref
 from fpemu.nn.optim import Optimizer
 from fpemu.nn.tensor import Tensor, round_to
 from fpemu.validate import causes, norm_bounds, update_checks
+from fpemu.validate.keras_ops import keras_mse
 from fpemu.validate.model_report import ModelReport, TensorCheck, compare_arrays
 from fpemu.validate.torch_run import TorchStep, exact_leaf, fmt_of, to_np
 
 
 def loss_value(loss: str, out: Tensor, y: np.ndarray) -> Tensor:
+    """The loss named ``loss`` of the model output: ``cross_entropy``, ``mse`` (torch's
+    ``mse_loss``) or ``keras_mse`` (Keras's ``MeanSquaredError``)."""
     if loss == "cross_entropy":
         return fn.cross_entropy(out, np.asarray(y))
+    if loss == "keras_mse":
+        return keras_mse(out, y)
     # the target is float32 data (torch's autocast runs mse_loss in float32: it is not rounded
     # to the prediction's low format)
     return fn.mse(out, Tensor(np.asarray(y, np.float64), "float32"))
@@ -173,13 +178,15 @@ class StepChecker:
         if lc["identical"] == lc["compared"] and self.propagated(c):
             return
         shape = np.shape(self.arr("acts", "output")[0])
-        k = int(np.prod(shape)) if self.loss == "mse" else int(np.sum(shape))
+        k = int(np.prod(shape)) if self.loss in ("mse", "keras_mse") else int(np.sum(shape))
         c.cause, c.explained, c.bound_ulps = causes.explain_local(
             self.loss, c.torch_format, c.local_ulps, k
         )
+        how = ("log_softmax + nll_loss: its own reduction order and exp/log"
+               if self.loss == "cross_entropy" else "float32 sums in its own order")  # fmt: skip
         c.note = (
-            f"torch's {self.loss} (log_softmax + nll_loss: its own reduction order and "
-            f"exp/log) vs fpemu's fused one, on torch's output: {c.local_ulps:g} ulp"
+            f"the framework's {self.loss} ({how}) vs fpemu's, on the framework's output: "
+            f"{c.local_ulps:g} ulp"
         )
 
     # -- backward ------------------------------------------------------------------------------

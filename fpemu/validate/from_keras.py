@@ -66,6 +66,11 @@ def from_keras(model: Any, *, policy: Policy | str | None = None) -> GraphModule
     for layer in model.layers:
         kind, lname = type(layer).__name__, layer.name
         src = f"{lname} (keras.layers.{kind})"
+        lpol = getattr(getattr(layer, "dtype_policy", None), "name", name)
+        if lpol != name:  # one policy for the twin: a layer built under another is refused
+            raise ValueError(f"from_keras: layer {src} has dtype policy {lpol!r}, the model "
+                             f"{name!r}; accepted: every layer under the model's policy "
+                             "(build the layers after keras.config.set_dtype_policy)")  # fmt: skip
         if kind == "Dense":
             params[f"{lname}.kernel"] = _array(layer.kernel.value)
             add(Node(f"{lname}.matmul", "matmul", (Ref(prev), Param(f"{lname}.kernel")),

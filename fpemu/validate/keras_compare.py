@@ -28,55 +28,25 @@ import numpy as np
 
 from fpemu.amp.policy import Policy, autocast, get_policy
 from fpemu.amp.scaling import KerasLossScaleOptimizer, get_scaler
-from fpemu.backend import xp
-from fpemu.formats import Format
 from fpemu.nn.graph import GraphModule
-from fpemu.nn.optim import Optimizer, _axpy
-from fpemu.nn.tensor import Array, Tensor, round_to
+from fpemu.nn.optim import Optimizer
+from fpemu.nn.tensor import Tensor
 from fpemu.training.loop import GradView
 from fpemu.validate.checker import StepChecker, loss_value
 from fpemu.validate.from_keras import from_keras
 from fpemu.validate.keras_checks import import_keras
+from fpemu.validate.keras_ops import KerasAdam, KerasSGD
 from fpemu.validate.model_report import ModelReport
 from fpemu.validate.torch_run import TorchStep, to_np
 
-#: Keras's ``SparseCategoricalCrossentropy(from_logits=True)`` (``MeanSquaredError`` under a
-#: mixed policy differs from fpemu's ``mse`` by hundreds of float32 ulps: not matched yet)
-LOSSES = ("cross_entropy",)
+#: Keras's ``SparseCategoricalCrossentropy(from_logits=True)`` and ``MeanSquaredError()``
+#: (fpemu's ``keras_mse``: Keras's float32 ops, not torch's ``mse_loss``)
+LOSSES = ("cross_entropy", "mse")
+#: Keras's ``SGD`` (momentum, no Nesterov), ``Adam`` and ``AdamW`` (``amsgrad=False``)
+OPTIMIZERS = ("sgd", "adam", "adamw")
+#: the checker's name of each loss (``fpemu.validate.checker.loss_value``)
+_LOSS_KEY = {"cross_entropy": "cross_entropy", "mse": "keras_mse"}
 MIXED = ("mixed_bfloat16", "mixed_float16")
-
-
-class KerasSGD(Optimizer):
-    """Keras 3's ``SGD`` (``nesterov=False``, no weight decay) as its torch backend runs it
-    (keras/src/backend/torch/optimizers/torch_sgd.py, ``torch._foreach_*`` ops).
-
-    ``w.add_(g, alpha=-lr)`` (one fused rounding, fpemu's ``_axpy``); with momentum the buffer
-    starts at zero (a variable built by ``build``) and ``m.mul_(momentum);
-    m.add_(g, alpha=-lr); w.add_(m)``. ``lr`` is Keras's float32 learning-rate variable.
-
-    >>> p = Tensor(np.array([1.0], np.float32), requires_grad=True)
-    >>> KerasSGD([p], lr=0.5, momentum=0.5).step([np.array([1.0], np.float32)])
-    >>> p.data.tolist()
-    [0.5]
-    """
-
-    hyper = ("lr", "momentum")
-
-    def __init__(self, params: list[Tensor], *, lr: float, momentum: float = 0.0) -> None:
-        super().__init__(params, lr=lr)
-        if not (isinstance(momentum, (int, float)) and 0.0 <= momentum <= 1.0):
-            raise ValueError(f"momentum={momentum!r}: accepted a number in [0, 1]")
-        self.momentum = float(momentum)
-
-    def _update(self, i: int, w: Array, g: Array, f: Format) -> Array:
-        lr = float(np.float32(self.lr))  # the float32 variable, passed to torch as alpha
-        if not self.momentum:
-            return _axpy(w, -lr, g, f)
-        m = self.state[i].get("momentum", xp(w).zeros_like(w))
-        m = round_to(m * w.dtype.type(self.momentum), f)  # _foreach_mul_(bufs, momentum)
-        m = _axpy(m, -lr, g, f, own_y=True)  # _foreach_add_(bufs, grads, alpha=-lr)
-        self.state[i]["momentum"] = m
-        return _axpy(w, 1.0, m, f)  # _foreach_add_(variables, bufs)
 
 
 def _variables(model: Any) -> dict[str, Any]:
@@ -97,15 +67,22 @@ def _variables(model: Any) -> dict[str, Any]:
 class KerasTrainer:
     """Keras's training step, one layer at a time, every node's output and gradient kept."""
 
-    def __init__(self, model: Any, *, loss: str, lr: float, momentum: float,
+    def __init__(self, model: Any, *, loss: str, optimizer: str, hyper: Mapping[str, Any],
                  scaler: Mapping[str, Any] | None) -> None:  # fmt: skip
         import torch  # noqa: PLC0415 - optional dependency
 
         self.keras, self.torch, self.model = import_keras(), torch, model
-        k = self.keras
-        del loss  # LOSSES: cross_entropy only
-        self.loss_fn = k.losses.SparseCategoricalCrossentropy(from_logits=True)
-        self.inner = k.optimizers.SGD(learning_rate=lr, momentum=momentum)
+        k, h = self.keras, hyper
+        self.mse = loss == "mse"
+        self.loss_fn = (k.losses.MeanSquaredError() if self.mse else
+                        k.losses.SparseCategoricalCrossentropy(from_logits=True))  # fmt: skip
+        if optimizer == "sgd":
+            self.inner = k.optimizers.SGD(learning_rate=h["lr"], momentum=h["momentum"])
+        else:
+            adam = {"learning_rate": h["lr"], "beta_1": h["beta_1"], "beta_2": h["beta_2"],
+                    "epsilon": h["epsilon"]}  # fmt: skip
+            self.inner = (k.optimizers.Adam(**adam) if optimizer == "adam" else
+                          k.optimizers.AdamW(weight_decay=h["weight_decay"], **adam))  # fmt: skip
         self.opt = (k.optimizers.LossScaleOptimizer(self.inner, **scaler)
                     if scaler is not None else self.inner)  # fmt: skip
         self.vars = _variables(model)
@@ -153,16 +130,20 @@ class KerasTrainer:
         torch = self.torch
         rec = TorchStep(target=y)
         rec.params_before = {n: self._np(v) for n, v in self.vars.items()}
-        mom = getattr(self.inner, "momentums", None) or []
+        # the optimizer's state before the step, under fpemu's names (KerasSGD, KerasAdam)
+        slots = {"momentum": getattr(self.inner, "momentums", None) or
+                 getattr(self.inner, "_momentums", None) or [],
+                 "velocity": getattr(self.inner, "_velocities", None) or []}  # fmt: skip
         for n, v in self.vars.items():
-            if mom:
-                rec.opt_state[n] = {"momentum": self._np(mom[self.inner._get_variable_index(v)])}
+            i = self.inner._get_variable_index(v)
+            rec.opt_state[n] = {k: self._np(vs[i]) for k, vs in slots.items() if vs}
         rec.opt_steps = int(self._np(self.inner.iterations))
         for v in self.vars.values():
             v.value.grad = None
         out = self._run_layers(torch.from_numpy(np.ascontiguousarray(x, np.float32)), rec.acts)
         rec.acts["output"] = out
-        yt = torch.from_numpy(np.ascontiguousarray(y))
+        yt = torch.from_numpy(np.ascontiguousarray(y, np.float32) if self.mse else
+                              np.ascontiguousarray(y))  # fmt: skip
         loss = self.loss_fn(yt, out)
         scaled = self.opt.scale_loss(loss)
         scaled.backward()
@@ -193,8 +174,10 @@ class KerasTrainer:
 
 
 def compare_keras(
-    model: Any, inputs: Any, targets: Any, *, loss: str = "cross_entropy", lr: float = 0.01,
-    momentum: float = 0.0, loss_scale: Mapping[str, Any] | None = None, steps: int = 1,
+    model: Any, inputs: Any, targets: Any, *, loss: str = "cross_entropy",
+    optimizer: str = "sgd", lr: float = 0.01, momentum: float = 0.0, beta_1: float = 0.9,
+    beta_2: float = 0.999, epsilon: float = 1e-7, weight_decay: float = 0.004,
+    loss_scale: Mapping[str, Any] | None = None, steps: int = 1,
     policy: Policy | str | None = None,
 ) -> ModelReport:  # fmt: skip
     """Run ``steps`` Keras 3 training steps (torch backend) and the same in fpemu; compare every
@@ -206,8 +189,13 @@ def compare_keras(
             (pass a copy to keep it).
         inputs, targets: one batch (arrays) used every step, or lists of batches.
         loss: ``"cross_entropy"``: ``SparseCategoricalCrossentropy(from_logits=True)`` on
-            integer labels.
-        lr, momentum: Keras ``SGD`` (``nesterov=False``), matched by ``KerasSGD``.
+            integer labels; ``"mse"``: ``MeanSquaredError()`` on float targets (fpemu's
+            ``keras_mse``).
+        optimizer: ``"sgd"`` (Keras ``SGD``, ``nesterov=False``: ``lr``, ``momentum``;
+            ``KerasSGD``), ``"adam"`` or ``"adamw"`` (``lr``, ``beta_1``, ``beta_2``,
+            ``epsilon`` with Keras's defaults, and ``weight_decay`` for AdamW; ``KerasAdam``).
+            torch's CPU float32 ``sqrt`` is not correctly rounded, so Adam's updates may differ
+            by an ulp (``optimizer``, within its bound).
         loss_scale: None (the default for ``mixed_float16`` is ``{}``), or keyword arguments of
             ``keras.optimizers.LossScaleOptimizer`` (``initial_scale``,
             ``dynamic_growth_steps``); the twin uses fpemu's ``KerasLossScaleOptimizer``.
@@ -224,6 +212,8 @@ def compare_keras(
 
     if loss not in LOSSES:
         raise ValueError(f"loss={loss!r}: accepted {', '.join(LOSSES)}")
+    if optimizer not in OPTIMIZERS:
+        raise ValueError(f"optimizer={optimizer!r}: accepted {', '.join(OPTIMIZERS)}")
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise ValueError(f"steps={steps!r}: accepted an int >= 1")
     if not (isinstance(lr, (int, float)) and math.isfinite(lr) and lr > 0):
@@ -243,28 +233,46 @@ def compare_keras(
     if bad:
         raise ValueError(f"loss_scale={loss_scale!r}: unknown keys {bad}; accepted "
                          "initial_scale, dynamic_growth_steps")  # fmt: skip
+    hyper = ({"lr": lr, "momentum": momentum} if optimizer == "sgd" else
+             {"lr": lr, "beta_1": beta_1, "beta_2": beta_2, "epsilon": epsilon,
+              **({"weight_decay": weight_decay} if optimizer == "adamw" else {})})  # fmt: skip
+    opt = _optimizer(optimizer, twin.parameters(), hyper)  # checks the hyperparameters
+    shadow = _optimizer(optimizer, [Tensor(p.data.copy(), p.fmt, requires_grad=True)
+                                    for p in twin.parameters()], hyper)  # fmt: skip
     xs, ys = _batches(inputs, steps, "inputs"), _batches(targets, steps, "targets")
-    trainer = KerasTrainer(model, loss=loss, lr=lr, momentum=momentum, scaler=loss_scale)
-    opt = KerasSGD(twin.parameters(), lr=lr, momentum=momentum)
-    shadow = KerasSGD([Tensor(p.data.copy(), p.fmt, requires_grad=True)
-                       for p in twin.parameters()], lr=lr, momentum=momentum)  # fmt: skip
+    out_shape = tuple(getattr(model, "output_shape", (None,))[1:])
+    for xb, yb in zip(xs, ys, strict=True):
+        if loss == "mse" and yb.shape != (len(xb), *out_shape):
+            raise ValueError(
+                f"targets: shape {yb.shape} for loss='mse'; accepted float "
+                f"targets shaped like the model's output, {(len(xb), *out_shape)}"
+            )
+    trainer = KerasTrainer(model, loss=loss, optimizer=optimizer, hyper=hyper,
+                           scaler=loss_scale)  # fmt: skip
     scaler = (KerasLossScaleOptimizer(**loss_scale) if loss_scale is not None
               else get_scaler("none"))  # fmt: skip
     report = ModelReport(settings={
         "model": type(model).__name__, "policy": pol.name, "dtype_policy": dtype_policy,
-        "loss_scale": repr(loss_scale), "loss": loss, "optimizer": "keras sgd",
-        "hyperparameters": repr({"lr": lr, "momentum": momentum}), "steps": steps,
+        "loss_scale": repr(loss_scale), "loss": loss, "optimizer": f"keras {optimizer}",
+        "hyperparameters": repr(hyper), "steps": steps,
         "keras": f"{trainer.keras.__version__} (torch {trainer.torch.__version__})"})  # fmt: skip
     for s in range(steps):
         before = {n: p.data.copy() for n, p in twin.named_parameters()}
         t = trainer.step(xs[s], ys[s])
-        f = _fpemu_step(twin, opt, scaler, xs[s], ys[s], loss, get_policy(pol))
-        StepChecker(report, s, twin, pol, t, f, before, shadow, loss).run()
+        f = _fpemu_step(twin, opt, scaler, xs[s], ys[s], _LOSS_KEY[loss], get_policy(pol))
+        StepChecker(report, s, twin, pol, t, f, before, shadow, _LOSS_KEY[loss]).run()
         report.trace.append({"step": s, "loss_keras": float(to_np(t.loss)),
                              "loss_fpemu": float(f["loss"].item()), "scale": t.scale,
                              "skipped_keras": t.skipped,
                              "skipped_fpemu": f["skipped"]})  # fmt: skip
     return report
+
+
+def _optimizer(name: str, params: list[Tensor], hyper: Mapping[str, Any]) -> Optimizer:
+    if name == "sgd":
+        return KerasSGD(params, lr=hyper["lr"], momentum=hyper["momentum"])
+    return KerasAdam(params, lr=hyper["lr"], beta_1=hyper["beta_1"], beta_2=hyper["beta_2"],
+                     epsilon=hyper["epsilon"], weight_decay=hyper.get("weight_decay"))  # fmt: skip
 
 
 def _fpemu_step(twin: GraphModule, opt: Optimizer, scaler: Any, x: np.ndarray, y: np.ndarray,
@@ -288,4 +296,4 @@ def _fpemu_step(twin: GraphModule, opt: Optimizer, scaler: Any, x: np.ndarray, y
             "tracker": int(st.get("step_counter", 0))}  # fmt: skip
 
 
-__all__ = ["KerasSGD", "KerasTrainer", "compare_keras"]
+__all__ = ["KerasAdam", "KerasSGD", "KerasTrainer", "compare_keras"]
