@@ -205,3 +205,39 @@ def test_keras_adam_bad_hyperparameters() -> None:
             KerasAdam(p, **kw)
     with pytest.raises(ValueError, match=r"KerasAdam models float32 variables, got bfloat16"):
         KerasAdam([Tensor(np.zeros(2), "bfloat16", requires_grad=True)]).step([np.ones(2)])
+
+
+KERAS_FACTORY = """
+import numpy as np
+import keras
+
+def make():
+    keras.config.set_dtype_policy("mixed_bfloat16")
+    keras.utils.set_random_seed(0)
+    m = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu"),
+                          keras.layers.Dense(4)])
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((16, 8)).astype(np.float32)
+    y = rng.standard_normal((16, 4)).astype(np.float32)
+    return m, x, y, {"loss": "mse", "optimizer": "adam", "lr": 0.01}
+"""
+
+
+def test_cli_validate_model_runs_a_keras_factory(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json  # noqa: PLC0415
+
+    from fpemu.cli import main  # noqa: PLC0415
+
+    f = tmp_path / "kmodel.py"
+    f.write_text(KERAS_FACTORY)
+    rc = main(["validate", "model", f"{f}:make", "--steps", "2", "--json"])
+    d = json.loads(capsys.readouterr().out)
+    assert rc == 0 and d["ok"] is True and d["title"] == "compare_keras"
+    assert d["settings"]["optimizer"] == "keras adam" and d["settings"]["loss"] == "mse"
+    assert d["settings"]["policy"] == "keras_mixed_bfloat16" and len(d["trace"]) == 2
+    for flag in (["--autocast", "fp16"], ["--scaler", "default"], ["--lockstep"]):
+        assert main(["validate", "model", f"{f}:make", *flag]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and f"{flag[0]}: not for a Keras model" in err[0], err

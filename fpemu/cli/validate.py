@@ -172,6 +172,36 @@ def _model_options(args: argparse.Namespace, options: dict[str, Any]) -> dict[st
     return kw
 
 
+def _keras_report(args: argparse.Namespace, made: tuple[Any, ...],
+                  options: dict[str, Any]) -> Any:  # fmt: skip
+    """``compare_keras`` for a factory returning a Keras model: its dtype policy sets the
+    precision, so the torch-only flags are refused."""
+    from fpemu.validate import compare_keras  # noqa: PLC0415
+
+    for flag, given in (
+        ("--autocast", args.autocast is not None),
+        ("--scaler", args.scaler is not None),
+        ("--lockstep", args.lockstep),
+    ):
+        if given:
+            raise UsageError(f"{flag}: not for a Keras model (its dtype policy sets the "
+                             "precision and Keras's LossScaleOptimizer the scaling); accepted "
+                             "--steps, --optimizer, --lr")  # fmt: skip
+    kw = dict(options)
+    if args.steps is not None:
+        if args.steps < 1:
+            raise UsageError(f"--steps {args.steps}: accepted an int >= 1")
+        kw["steps"] = args.steps
+    kw.setdefault("steps", 3)
+    if args.optimizer is not None:
+        if args.optimizer not in ("sgd", "adam", "adamw"):
+            raise UsageError(f"--optimizer {args.optimizer}: accepted sgd, adam, adamw")
+        kw["optimizer"] = args.optimizer
+    if args.lr is not None:
+        kw["lr"] = args.lr
+    return compare_keras(*made, **kw)
+
+
 def run_model(args: argparse.Namespace) -> int:
     """``fpemu validate model FILE.py:FACTORY``."""
     from fpemu.validate import compare_torch  # noqa: PLC0415
@@ -185,7 +215,10 @@ def run_model(args: argparse.Namespace) -> int:
                          f"{type(made).__name__}; accepted (model, inputs, targets"
                          "[, options])")  # fmt: skip
     options = made[3] if len(made) == 4 else {}
-    report = compare_torch(*made[:3], **_model_options(args, options))
+    if type(made[0]).__module__.split(".")[0] == "keras":
+        report = _keras_report(args, made[:3], options)
+    else:
+        report = compare_torch(*made[:3], **_model_options(args, options))
     if args.json is None and args.markdown is None:
         report.render(only_differences=True)
     if args.json is not None:

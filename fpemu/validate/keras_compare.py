@@ -251,7 +251,7 @@ def compare_keras(
                            scaler=loss_scale)  # fmt: skip
     scaler = (KerasLossScaleOptimizer(**loss_scale) if loss_scale is not None
               else get_scaler("none"))  # fmt: skip
-    report = ModelReport(settings={
+    report = ModelReport(title="compare_keras", settings={
         "model": type(model).__name__, "policy": pol.name, "dtype_policy": dtype_policy,
         "loss_scale": repr(loss_scale), "loss": loss, "optimizer": f"keras {optimizer}",
         "hyperparameters": repr(hyper), "steps": steps,
