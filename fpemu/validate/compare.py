@@ -25,13 +25,13 @@ from fpemu.amp.scaling import get_scaler
 from fpemu.nn.graph import GraphModule
 from fpemu.nn.optim import SGD, Adam, AdamW, Optimizer
 from fpemu.nn.tensor import Tensor
-from fpemu.training.loop import GradView
 from fpemu.validate.audit import autocast_audit
 from fpemu.validate.checker import StepChecker, loss_value
 from fpemu.validate.from_torch import from_torch
 from fpemu.validate.lockstep import lockstep_step, sync_state
 from fpemu.validate.model_report import ModelReport
 from fpemu.validate.torch_run import TorchTrainer, to_np
+from fpemu.validate.update_checks import apply_update
 
 LOSSES = ("cross_entropy", "mse")
 OPTIMIZERS = ("sgd", "adam", "adamw")
@@ -210,16 +210,8 @@ def _fpemu_step(twin: GraphModule, opt: Optimizer, scaler: Any, x: np.ndarray, y
             lv = loss_value(loss, out, y)
         scale = scaler.get_scale()
         scaler.scale(lv).backward()
-        view = GradView(opt)
-        scaler.unscale_(view)
-        grads = view.grads()
-        scaler.step(view)
-        rec = scaler.update()
-    st = scaler.state_dict() if scaler.is_enabled() else {}
-    return {"acts": dict(twin.outputs), "loss": lv, "grads": grads, "scale": scale,
-            "skipped": bool(rec.skipped) if rec is not None else False,
-            "scale_after": float(st.get("scale", 1.0)),
-            "tracker": int(st.get("_growth_tracker", 0))}  # fmt: skip
+        done = apply_update(opt, scaler)
+    return {"acts": dict(twin.outputs), "loss": lv, "scale": scale, **done}
 
 
 __all__ = ["compare_torch", "loss_name", "policy_for"]

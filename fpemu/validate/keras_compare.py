@@ -31,13 +31,13 @@ from fpemu.amp.scaling import KerasLossScaleOptimizer, get_scaler
 from fpemu.nn.graph import GraphModule
 from fpemu.nn.optim import Optimizer
 from fpemu.nn.tensor import Tensor
-from fpemu.training.loop import GradView
 from fpemu.validate.checker import StepChecker, loss_value
 from fpemu.validate.from_keras import from_keras
 from fpemu.validate.keras_checks import import_keras
 from fpemu.validate.keras_ops import KerasAdam, KerasSGD
 from fpemu.validate.model_report import ModelReport
 from fpemu.validate.torch_run import TorchStep, to_np
+from fpemu.validate.update_checks import apply_update
 
 #: Keras's ``SparseCategoricalCrossentropy(from_logits=True)`` and ``MeanSquaredError()``
 #: (fpemu's ``keras_mse``: Keras's float32 ops, not torch's ``mse_loss``)
@@ -284,16 +284,8 @@ def _fpemu_step(twin: GraphModule, opt: Optimizer, scaler: Any, x: np.ndarray, y
             lv = loss_value(loss, out, y)
         scale = scaler.get_scale()
         scaler.scale(lv).backward()
-        view = GradView(opt)
-        scaler.unscale_(view)
-        grads = view.grads()
-        scaler.step(view)
-        rec = scaler.update()
-    st = scaler.state_dict() if scaler.is_enabled() else {}
-    return {"acts": dict(twin.outputs), "loss": lv, "grads": grads, "scale": scale,
-            "skipped": bool(rec.skipped) if rec is not None else False,
-            "scale_after": float(st.get("dynamic_scale", 1.0)),
-            "tracker": int(st.get("step_counter", 0))}  # fmt: skip
+        done = apply_update(opt, scaler, scale_key="dynamic_scale", tracker_key="step_counter")
+    return {"acts": dict(twin.outputs), "loss": lv, "scale": scale, **done}
 
 
 __all__ = ["KerasAdam", "KerasSGD", "KerasTrainer", "compare_keras"]

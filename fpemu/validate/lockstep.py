@@ -35,9 +35,9 @@ from fpemu.amp.policy import Policy, autocast
 from fpemu.formats import Format
 from fpemu.nn.graph import GraphModule, Param, Ref
 from fpemu.nn.optim import Optimizer
-from fpemu.training.loop import GradView
 from fpemu.validate.checker import StepChecker, loss_value
 from fpemu.validate.torch_run import TorchStep, exact_leaf
+from fpemu.validate.update_checks import apply_update, load_framework_state
 
 
 @dataclass
@@ -54,12 +54,7 @@ class LocalTensor:
 def sync_state(opt: Optimizer, scaler: Any, twin: GraphModule, t: TorchStep,
                scaler_state: dict[str, Any] | None) -> None:  # fmt: skip
     """Start fpemu's step from torch's: parameters, optimizer state, scaler state."""
-    names = [n for n, _ in twin.named_parameters()]
-    for i, (p, n) in enumerate(zip(opt.params, names, strict=True)):
-        p.data = t.params_before[n]  # read-only: the optimizer replaces it, never writes it
-        p.grad = None
-        opt.state[i] = {k: v.copy() for k, v in t.opt_state.get(n, {}).items()}
-    opt.steps = t.opt_steps
+    load_framework_state(opt, [n for n, _ in twin.named_parameters()], t)
     if scaler_state is not None and scaler.is_enabled():
         scaler.load_state_dict(scaler_state)
 
@@ -95,16 +90,8 @@ def lockstep_step(ck: StepChecker, opt: Optimizer, scaler: Any, loss: str,
             p.grad = None if got is None else np.asarray(got[0])
         scale = scaler.get_scale()
         scaler.scale(lv)  # initialises the scale on the first step, as in a real step
-        view = GradView(opt)
-        scaler.unscale_(view)
-        grads = view.grads()
-        scaler.step(view)
-        rec = scaler.update()
-    st = scaler.state_dict() if scaler.is_enabled() else {}
-    return {"acts": acts, "loss": lv, "grads": grads, "scale": scale,
-            "skipped": bool(rec.skipped) if rec is not None else False,
-            "scale_after": float(st.get("scale", 1.0)),
-            "tracker": int(st.get("_growth_tracker", 0))}  # fmt: skip
+        done = apply_update(opt, scaler)
+    return {"acts": acts, "loss": lv, "scale": scale, **done}
 
 
 __all__ = ["LocalTensor", "lockstep_step", "sync_state"]

@@ -1,5 +1,8 @@
-"""The checks of a step's update, after its gradients: the loss scaler's state and each updated
-parameter (``StepChecker.scaler_check`` and ``StepChecker.params`` delegate here).
+"""A step's update, after its gradients: applying it (``apply_update``, the scaler and the
+optimizer, shared by every fpemu side of ``compare_torch`` and ``compare_keras``), loading the
+framework's state into an optimizer (``load_framework_state``), and the checks of the loss
+scaler's state and each updated parameter (``StepChecker.scaler_check`` and
+``StepChecker.params`` delegate here).
 
 A parameter that differs is explained by the same update computed by fpemu from torch's own
 parameters, optimizer state and gradients (the shadow optimizer): bit-identical means the
@@ -13,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from fpemu.nn.optim import Optimizer
+from fpemu.training.loop import GradView
 from fpemu.validate import causes
 from fpemu.validate.model_report import compare_arrays
 
@@ -26,6 +31,34 @@ StepChecker = Any
 #: counting the float32 operations between the inputs and ``d`` (Adam: lerp, mul, addcmul,
 #: sqrt, div, add, mul, div: 8).
 OPTIMIZER_UPDATE_ROUNDINGS = 8.0
+
+
+def apply_update(opt: Optimizer, scaler: Any, *, scale_key: str = "scale",
+                 tracker_key: str = "_growth_tracker") -> dict[str, Any]:  # fmt: skip
+    """After the backward pass: ``scaler`` unscales ``opt``'s gradients, decides the skip,
+    steps ``opt`` and updates itself. Returns the unscaled gradients, the skip flag and the
+    scaler's state after the step (``scale_key``, ``tracker_key``: its ``state_dict`` names,
+    torch's by default). Floating-point warnings are the caller's to silence."""
+    view = GradView(opt)
+    scaler.unscale_(view)
+    grads = view.grads()
+    scaler.step(view)
+    rec = scaler.update()
+    st = scaler.state_dict() if scaler.is_enabled() else {}
+    return {"grads": grads, "skipped": bool(rec.skipped) if rec is not None else False,
+            "scale_after": float(st.get(scale_key, 1.0)),
+            "tracker": int(st.get(tracker_key, 0))}  # fmt: skip
+
+
+def load_framework_state(opt: Optimizer, names: list[str], t: Any) -> None:
+    """``opt`` starts from the framework's parameters, optimizer state and step count before
+    step ``t`` (a ``TorchStep``); the parameters are the record's read-only arrays: fpemu's
+    optimizers replace a parameter's array, never write into it."""
+    for i, (p, n) in enumerate(zip(opt.params, names, strict=True)):
+        p.data = t.params_before[n]
+        p.grad = None
+        opt.state[i] = {k: v.copy() for k, v in t.opt_state.get(n, {}).items()}
+    opt.steps = t.opt_steps
 
 
 def scaler_check(ck: StepChecker) -> None:
@@ -59,10 +92,7 @@ def shadow_step(ck: StepChecker) -> None:
     ck._shadow_done = True
     sh = ck.shadow
     names = [n for n, _ in ck.twin.named_parameters()]
-    for i, (p, n) in enumerate(zip(sh.params, names, strict=True)):
-        p.data = ck.t.params_before[n].copy()  # torch's parameters and optimizer state
-        sh.state[i] = {k: v.copy() for k, v in ck.t.opt_state.get(n, {}).items()}
-    sh.steps = ck.t.opt_steps
+    load_framework_state(sh, names, ck.t)  # torch's parameters and optimizer state
     if not ck.t.skipped:
         with np.errstate(all="ignore"):
             sh.step([ck.t.grads.get(n) for n in names])
