@@ -142,15 +142,28 @@ def _write(text: str, where: Path) -> None:
         where.write_text(text + "\n")
 
 
-def _model_options(args: argparse.Namespace, options: dict[str, Any]) -> dict[str, Any]:
-    import torch  # noqa: PLC0415 - optional dependency
-
+def _training_options(args: argparse.Namespace, options: dict[str, Any]) -> dict[str, Any]:
+    """The factory's options with ``--steps`` (default 3), ``--optimizer`` and ``--lr`` over
+    them: the flags both ``compare_torch`` and ``compare_keras`` take."""
     kw = dict(options)
     if args.steps is not None:
         if args.steps < 1:
             raise UsageError(f"--steps {args.steps}: accepted an int >= 1")
         kw["steps"] = args.steps
     kw.setdefault("steps", 3)
+    if args.optimizer is not None:
+        if args.optimizer not in ("sgd", "adam", "adamw"):
+            raise UsageError(f"--optimizer {args.optimizer}: accepted sgd, adam, adamw")
+        kw["optimizer"] = args.optimizer
+    if args.lr is not None:
+        kw["lr"] = args.lr
+    return kw
+
+
+def _model_options(args: argparse.Namespace, options: dict[str, Any]) -> dict[str, Any]:
+    import torch  # noqa: PLC0415 - optional dependency
+
+    kw = _training_options(args, options)
     if args.autocast is not None:
         if args.autocast not in AUTOCAST:
             raise UsageError(f"--autocast {args.autocast}: accepted {', '.join(AUTOCAST)}")
@@ -161,12 +174,6 @@ def _model_options(args: argparse.Namespace, options: dict[str, Any]) -> dict[st
     if args.scaler is not None:
         kw["grad_scaler"] = scaler_option(args.scaler)
     kw.setdefault("grad_scaler", {} if low in (torch.float16, "fp16", "float16") else None)
-    if args.optimizer is not None:
-        if args.optimizer not in ("sgd", "adam", "adamw"):
-            raise UsageError(f"--optimizer {args.optimizer}: accepted sgd, adam, adamw")
-        kw["optimizer"] = args.optimizer
-    if args.lr is not None:
-        kw["lr"] = args.lr
     if args.lockstep:
         kw["mode"] = "lockstep"
     return kw
@@ -187,19 +194,7 @@ def _keras_report(args: argparse.Namespace, made: tuple[Any, ...],
             raise UsageError(f"{flag}: not for a Keras model (its dtype policy sets the "
                              "precision and Keras's LossScaleOptimizer the scaling); accepted "
                              "--steps, --optimizer, --lr")  # fmt: skip
-    kw = dict(options)
-    if args.steps is not None:
-        if args.steps < 1:
-            raise UsageError(f"--steps {args.steps}: accepted an int >= 1")
-        kw["steps"] = args.steps
-    kw.setdefault("steps", 3)
-    if args.optimizer is not None:
-        if args.optimizer not in ("sgd", "adam", "adamw"):
-            raise UsageError(f"--optimizer {args.optimizer}: accepted sgd, adam, adamw")
-        kw["optimizer"] = args.optimizer
-    if args.lr is not None:
-        kw["lr"] = args.lr
-    return compare_keras(*made, **kw)
+    return compare_keras(*made, **_training_options(args, options))
 
 
 def run_model(args: argparse.Namespace) -> int:
