@@ -192,63 +192,81 @@ def _bf16_run(**kw: Any) -> ModelReport:
     return compare_torch(model, x, y, **base)
 
 
-def test_wrong_policy_entry_is_pinned_to_its_layer() -> None:
+#: every fault is pinned to the same tensor and step in both modes of compare_torch
+MODES = ("independent", "lockstep")
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_wrong_policy_entry_is_pinned_to_its_layer(mode: str) -> None:
     # relu moved to the fp32 list: torch's relu of a bf16 linear output stays bf16
     bad = dataclasses.replace(get_policy("torch_cpu_bf16"), name="wrong", fp32=frozenset(
         {"relu", "cross_entropy", "mse"}))  # fmt: skip
-    r = _bf16_run(policy=bad)
+    r = _bf16_run(policy=bad, mode=mode)
     first = r.first_unexplained()
     assert first is not None and (first.step, first.kind, first.op) == (0, "activation", "relu")
     assert first.name == "_1" and first.cause == "format"
     assert (first.torch_format, first.fpemu_format) == ("bfloat16", "float32")
     assert not r.ok
+    if mode == "lockstep":  # each step starts again from torch's tensors: pinned again each step
+        for s in range(len(r.trace)):
+            bad_step = [c for c in r.select(step=s) if not c.explained]
+            assert bad_step and (bad_step[0].name, bad_step[0].cause) == ("_1", "format")
 
 
-def test_wrong_accumulation_rounding_is_pinned_to_the_first_linear() -> None:
+@pytest.mark.parametrize("mode", MODES)
+def test_wrong_accumulation_rounding_is_pinned_to_the_first_linear(mode: str) -> None:
     # a bfloat16 accumulator (rounding after every addition) instead of float32
     bad = dataclasses.replace(get_policy("torch_cpu_bf16"), name="wrong", acc="bfloat16",
                               acc_model="sequential")  # fmt: skip
-    r = _bf16_run(policy=bad)
+    r = _bf16_run(policy=bad, mode=mode)
     first = r.first_unexplained()
     assert first is not None and (first.step, first.kind, first.name) == (0, "activation", "_0")
     assert first.op == "linear" and first.cause == "reduction order"
     assert first.local_ulps is not None and first.local_ulps > 0
+    if mode == "lockstep":  # fpemu's side is the recomputation itself
+        assert first.local_ulps == first.max_ulps
 
 
-def test_wrong_relu_rounding_is_unexplained_at_that_node(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("mode", MODES)
+def test_wrong_relu_rounding_is_unexplained_at_that_node(monkeypatch: pytest.MonkeyPatch,
+                                                         mode: str) -> None:  # fmt: skip
     def relu_rtz(x: Tensor) -> Tensor:  # relu that nudges values one bf16 ulp toward zero
         y = fn.relu(x)
         v = np.asarray(y.data, np.float64)
         return Tensor(round_to(v * (1 - 2**-8), y.fmt), y.fmt)
 
     monkeypatch.setitem(GRAPH_OPS, "relu", relu_rtz)
-    r = _bf16_run()
+    r = _bf16_run(mode=mode)
     first = r.first_unexplained()
     assert first is not None and (first.step, first.kind, first.name) == (0, "activation", "_1")
     assert first.cause == "unexplained" and first.op == "relu"
 
 
-def test_wrong_optimizer_is_pinned_to_the_update(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("mode", MODES)
+def test_wrong_optimizer_is_pinned_to_the_update(monkeypatch: pytest.MonkeyPatch,
+                                                 mode: str) -> None:  # fmt: skip
     real = compare_mod._optimizer
 
     def wrong(name: str, params: Any, hyper: Any) -> Any:  # momentum 0.5 instead of 0.9
         return real(name, params, {**hyper, "momentum": 0.5})
 
     monkeypatch.setattr(compare_mod, "_optimizer", wrong)
-    r = _bf16_run()
+    r = _bf16_run(mode=mode)
     first = r.first_unexplained()
     # step 0: the momentum buffer is the gradient itself whatever the momentum; step 1 differs
     assert first is not None and (first.step, first.kind) == (1, "param")
     assert first.cause == "optimizer" and first.name == "0.weight"
 
 
-def test_wrong_scaler_is_pinned_to_the_growth_step(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("mode", MODES)
+def test_wrong_scaler_is_pinned_to_the_growth_step(monkeypatch: pytest.MonkeyPatch,
+                                                   mode: str) -> None:  # fmt: skip
     def wrong(name: str, **kw: Any) -> Any:  # grows after 3 finite steps instead of 2
         return get_scaler(name, **{**kw, "growth_interval": kw.get("growth_interval", 1) + 1})
 
     monkeypatch.setattr(compare_mod, "get_scaler", wrong)
     model, x, y, kw = ZOO["gelu_tanh_fp16_scaler_sgd"]()
-    r = compare_torch(model, x, y, **kw)
+    r = compare_torch(model, x, y, mode=mode, **kw)
     first = r.first_unexplained()
     assert first is not None and (first.step, first.kind) == (1, "scaler")
     assert first.first is not None and first.first["index"] == "(0,)"  # the scale itself
