@@ -1,0 +1,178 @@
+"""Emulations of the ATen ops torch dispatches, one table shared by ``watch`` and ``emulate``.
+
+Each entry takes an :class:`Call` (the op's arguments with every tensor replaced by a NumPy
+array in its own dtype: ``float32``, ``float16``, ml_dtypes ``bfloat16``, ints, bools) and
+returns one :class:`Out` per tensor output of the op, or None for an output it does not judge.
+
+An :class:`Out` carries
+
+* ``value``: fpemu's result in the output's dtype, every rounding a visible call. ``emulate``
+  hands this value back to torch; ``watch`` compares torch's bits with it.
+* ``exact``: the claim that torch's CPU kernel computes exactly ``value`` (for this op, dtype
+  and ``ATEN_CPU_CAPABILITY``); a test proves each such claim against torch.
+* where not exact, ``center`` and ``err``: the kernel's value before its final rounding lies
+  within ``err`` of ``center`` (float64, elementwise), and ``reason`` says why (reduction
+  order, libm, a float32 evaluation's cancellation). torch's result is then admissible when it
+  is the output format's rounding of some value in ``[center - err, center + err]``.
+
+The table is data: :data:`TABLE` maps the ATen overload name (``"aten.addmm.default"``, as
+``str(func)`` prints it) to its emulation; modules of this package register theirs on import.
+
+>>> import numpy as np
+>>> from fpemu.validate.ops import Call, lookup
+>>> call = Call("aten.relu.default", (np.float32([-1.0, 2.0]),), {}, ("float32",))
+>>> out = lookup("aten.relu.default")(call)[0]
+>>> out.value.tolist(), out.exact
+([0.0, 2.0], True)
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+__all__ = ["TABLE", "Call", "Emulation", "Out", "exact", "lookup", "register", "names"]
+
+
+@dataclass(frozen=True)
+class Call:
+    """One dispatched op as the emulations see it.
+
+    Attributes:
+        op: the ATen overload name, ``str(func)`` (``"aten.addmm.default"``).
+        args, kwargs: the op's arguments; tensors are NumPy arrays in their own dtype
+            (bfloat16 as ml_dtypes.bfloat16), lists of tensors are lists of arrays; a torch
+            dtype argument is its format name (``"bfloat16"``); other values as torch gave them.
+        out_dtypes: the format name of each tensor output torch produced (``"float32"``,
+            ``"bfloat16"``, ``"int64"``, ``"bool"``), in output order (flattened lists).
+        capability: torch's ``ATEN_CPU_CAPABILITY`` in force (``"default"``, ``"avx2"``,
+            ``"avx512"``): some kernels fuse a multiply-add only on the SIMD builds.
+        model: the accumulation model matmul-class ops use in ``emulate`` (None in ``watch``:
+            torch's CPU GEMM order is not specified, so its value is bounded).
+        options: anything else an emulation needs from its caller (the emulate policy, ...).
+    """
+
+    op: str
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    out_dtypes: tuple[str, ...]
+    capability: str = "avx512"
+    model: str | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def arg(self, i: int, name: str, default: Any = None) -> Any:
+        """Argument ``i`` positionally, else keyword ``name``, else ``default``.
+
+        >>> Call("aten.x", (1,), {"b": 2}, ()).arg(1, "b")
+        2
+        """
+        if i < len(self.args):
+            return self.args[i]
+        return self.kwargs.get(name, default)
+
+
+@dataclass(frozen=True)
+class Out:
+    """fpemu's result for one tensor output, and how closely torch's kernel is claimed to match.
+
+    Attributes:
+        value: the result in the output's dtype (an array of the same shape as torch's).
+        exact: torch's kernel computes exactly ``value`` (proved per op, dtype and capability).
+        center: where not exact, a float64 estimate of the kernel's value before its final
+            rounding; defaults to ``value`` widened to float64.
+        err: where not exact, a bound (scalar or elementwise) on ``|kernel's value - center|``
+            before the final rounding to the output format.
+        reason: why the result is bounded rather than exact, with the bound's derivation.
+    """
+
+    value: np.ndarray
+    exact: bool = True
+    center: np.ndarray | None = None
+    err: np.ndarray | float | None = None
+    reason: str = ""
+
+
+#: one emulation: the call -> one Out (or None: not judged) per tensor output
+Emulation = Callable[[Call], Sequence[Out | None]]
+
+#: ATen overload name -> emulation; filled by the modules of this package on import
+TABLE: dict[str, Emulation] = {}
+
+#: the modules that register emulations (imported on first lookup)
+_MODULES = (
+    "views", "casts", "matmul", "elementwise", "activations", "softmax", "norms", "losses",
+    "reductions", "embedding", "conv", "attention", "dropout", "optim", "scaler",
+)  # fmt: skip
+_loaded: list[bool] = []
+
+
+def register(*ops: str) -> Callable[[Emulation], Emulation]:
+    """Decorator: register an emulation under one or more ATen overload names.
+
+    >>> @register("aten.example_identity.default")
+    ... def _ident(call): return [exact(call.args[0])]
+    >>> "aten.example_identity.default" in TABLE
+    True
+    >>> del TABLE["aten.example_identity.default"]
+    """
+
+    def deco(fn: Emulation) -> Emulation:
+        for op in ops:
+            if op in TABLE and TABLE[op] is not fn:
+                raise ValueError(f"op {op!r} is registered twice")
+            TABLE[op] = fn
+        return fn
+
+    return deco
+
+
+def _load() -> None:
+    if _loaded:
+        return
+    _loaded.append(True)
+    for mod in _MODULES:
+        try:
+            importlib.import_module(f"fpemu.validate.ops.{mod}")
+        except ModuleNotFoundError as exc:  # a family not written yet is simply absent
+            if exc.name != f"fpemu.validate.ops.{mod}":
+                raise
+
+
+def lookup(op: str) -> Emulation | None:
+    """The emulation registered for ATen overload ``op``, or None (the op is not emulated)."""
+    _load()
+    return TABLE.get(op)
+
+
+def names() -> list[str]:
+    """Every ATen overload name with an emulation, sorted.
+
+    >>> "aten.mm.default" in names()
+    True
+    """
+    _load()
+    return sorted(TABLE)
+
+
+def exact(value: Any) -> Out:
+    """An :class:`Out` claiming torch computes exactly ``value`` (an array in the output dtype).
+
+    >>> exact(np.float32([1.5])).exact
+    True
+    """
+    return Out(np.asarray(value))
+
+
+def bounded(value: Any, err: Any, reason: str, *, center: Any = None) -> Out:
+    """An :class:`Out` whose kernel value lies within ``err`` of ``center`` (default ``value``).
+
+    >>> bounded(np.float32([1.0]), 1e-7, "float32 sum order").exact
+    False
+    """
+    v = np.asarray(value)
+    c = np.asarray(v, np.float64) if center is None else np.asarray(center, np.float64)
+    return Out(v, exact=False, center=c, err=err, reason=reason)

@@ -1,0 +1,102 @@
+"""Numeric helpers shared by the op emulations: dtypes by name, the visible roundings.
+
+Every rounding an emulation does is one of these calls, so a reader sees where a kernel rounds.
+
+>>> import numpy as np
+>>> to(np.float64([1 + 2**-8 + 2**-40]), "bfloat16").astype(np.float64).tolist()
+[1.0078125]
+>>> dtype("bfloat16").name, fmt(np.zeros(1, np.float16))
+('bfloat16', 'float16')
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+from fpemu.rounding import rne_bfloat16
+from fpemu.rounding import round as fround
+
+__all__ = ["FLOATS", "LOW", "dtype", "fmt", "is_float", "opmath", "to", "ulp"]
+
+_DT: dict[str, np.dtype[Any]] = {
+    "float64": np.dtype(np.float64),
+    "float32": np.dtype(np.float32),
+    "float16": np.dtype(np.float16),
+    "bfloat16": np.dtype(ml_dtypes.bfloat16),
+    "float8_e4m3fn": np.dtype(ml_dtypes.float8_e4m3fn),
+    "float8_e5m2": np.dtype(ml_dtypes.float8_e5m2),
+    "int64": np.dtype(np.int64),
+    "int32": np.dtype(np.int32),
+    "int16": np.dtype(np.int16),
+    "int8": np.dtype(np.int8),
+    "uint8": np.dtype(np.uint8),
+    "bool": np.dtype(np.bool_),
+}
+_NAME = {v: k for k, v in _DT.items()}
+#: floating formats torch stores (the ones an emulation may be asked to produce)
+FLOATS = ("float64", "float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2")
+#: the low formats of mixed precision: their CPU kernels compute in float32 (``opmath``)
+LOW = ("float16", "bfloat16")
+_MBITS = {"float64": 52, "float32": 23, "float16": 10, "bfloat16": 7, "float8_e4m3fn": 3,
+          "float8_e5m2": 2}  # fmt: skip
+_EMIN = {"float64": -1022, "float32": -126, "float16": -14, "bfloat16": -126,
+         "float8_e4m3fn": -6, "float8_e5m2": -14}  # fmt: skip
+
+
+def dtype(name: str) -> np.dtype[Any]:
+    """The NumPy dtype of a torch dtype's name (``"bfloat16"`` -> ml_dtypes.bfloat16)."""
+    try:
+        return _DT[name]
+    except KeyError:
+        raise ValueError(f"dtype {name!r} is not one the op emulations know: {sorted(_DT)}") from None
+
+
+def fmt(a: Any) -> str:
+    """The torch dtype name of a NumPy array's dtype (``"bfloat16"``, ``"float32"``, ...)."""
+    try:
+        return _NAME[np.asarray(a).dtype]
+    except KeyError:
+        raise ValueError(f"array dtype {np.asarray(a).dtype} has no torch name") from None
+
+
+def is_float(name: str) -> bool:
+    """Whether a dtype name is a floating format."""
+    return name in FLOATS
+
+
+def opmath(a: Any) -> np.ndarray:
+    """``a`` widened exactly to the dtype torch's CPU kernels compute it in (float32 for the
+    low formats and float32; float64 stays float64)."""
+    arr = np.asarray(a)
+    if arr.dtype == np.float64:
+        return arr
+    return arr.astype(np.float32)
+
+
+def to(x: Any, name: str) -> np.ndarray:
+    """Round ``x`` (float32 or float64) to the format ``name`` (RNE), stored in its dtype.
+
+    A float32 ``x`` rounded to bfloat16 takes the integer fast path; everything else is
+    :func:`fpemu.round`, correct rounding from the exact input value.
+    """
+    arr = np.asarray(x)
+    dt = dtype(name)
+    if arr.dtype == dt:
+        return arr
+    if name in ("float64", "float32") or not np.issubdtype(arr.dtype, np.floating):
+        return arr.astype(dt)  # NumPy's float64 -> float32 cast rounds to nearest even
+    if name == "bfloat16" and arr.dtype == np.float32:
+        return rne_bfloat16(np.ascontiguousarray(arr)).astype(dt)
+    wide = arr.astype(np.float64) if arr.dtype != np.float64 else arr
+    return np.asarray(fround(wide, name)).astype(dt)
+
+
+def ulp(v: Any, name: str) -> np.ndarray:
+    """The spacing of format ``name`` at ``|v|`` (float64; subnormal spacing below the normals)."""
+    a = np.abs(np.asarray(v, np.float64))
+    e = np.frexp(np.maximum(a, 2.0 ** _EMIN[name]))[1] - 1
+    with np.errstate(over="ignore"):
+        return np.asarray(np.ldexp(1.0, e - _MBITS[name]), np.float64)

@@ -1,0 +1,108 @@
+"""Judge one torch output against fpemu's emulation of it: identical, bounded or differs.
+
+* ``identical``: the bits are equal (any NaN equals any NaN: payloads are not judged).
+* ``bounded``: not identical, and the emulation does not claim exactness, and every element of
+  torch's output is the output format's rounding of some value within the emulation's
+  ``center +- err`` (the kernel's value before its final rounding).
+* ``differs``: anything else, including a different shape or dtype.
+
+>>> import numpy as np
+>>> from fpemu.validate.ops import Out, bounded
+>>> judge(np.float32([1.0, 2.0]), Out(np.float32([1.0, 2.0]))).verdict
+'identical'
+>>> j = judge(np.float32([1.0 + 2**-23]), bounded(np.float32([1.0]), 2**-22, "sum order"))
+>>> j.verdict, j.ulps
+('bounded', 1.0)
+>>> judge(np.float32([1.0 + 2**-21]), bounded(np.float32([1.0]), 2**-22, "sum order")).verdict
+'differs'
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from fpemu.rounding import round as fround
+from fpemu.validate.ops import Out
+from fpemu.validate.ops._num import FLOATS
+from fpemu.validate.ops._num import fmt as fmt_name
+from fpemu.validate.ops._num import ulp
+
+__all__ = ["Judged", "judge"]
+
+
+@dataclass(frozen=True)
+class Judged:
+    """The verdict on one output: counts, distance in ulps of its format, the first differing
+    element, and the cause (the emulation's bound reason, or what differs)."""
+
+    verdict: str
+    n: int = 0
+    ndiff: int = 0
+    ulps: float = 0.0
+    first: tuple[int, ...] | None = None
+    torch_value: float | None = None
+    fpemu_value: float | None = None
+    cause: str = ""
+
+
+def _bits(a: np.ndarray) -> np.ndarray:
+    return a.view(f"u{a.dtype.itemsize}")
+
+
+def _is_float(a: np.ndarray) -> bool:
+    return a.dtype.kind == "f" or a.dtype.name in FLOATS
+
+
+def judge(t: np.ndarray, out: Out) -> Judged:
+    """The verdict on torch's output ``t`` (an array in its own dtype) against ``out``."""
+    v = np.asarray(out.value)
+    t = np.asarray(t)
+    if t.shape != v.shape or t.dtype != v.dtype:
+        return Judged("differs", t.size, t.size, float("inf"),
+                      cause=f"shape/dtype: torch {t.dtype}{list(t.shape)}, "
+                            f"fpemu {v.dtype}{list(v.shape)}")  # fmt: skip
+    is_float = _is_float(t)
+    if not is_float:
+        diff = np.asarray(t != v)
+    else:
+        diff = _bits(np.ascontiguousarray(t)) != _bits(np.ascontiguousarray(v))
+        if diff.any():
+            tf, vf = t.astype(np.float64), v.astype(np.float64)
+            diff &= ~(np.isnan(tf) & np.isnan(vf))
+    nd = int(np.count_nonzero(diff))
+    if nd == 0:
+        return Judged("identical", t.size)
+    idx = np.flatnonzero(diff.ravel())
+    first = tuple(int(i) for i in np.unravel_index(int(idx[0]), t.shape))
+    tv, vv = t.ravel()[idx], v.ravel()[idx]
+    tf, vf = tv.astype(np.float64), vv.astype(np.float64)
+    if is_float:
+        name = fmt_name(t)
+        with np.errstate(invalid="ignore", over="ignore"):
+            dist = np.abs(tf - vf) / ulp(np.minimum(np.abs(tf), np.abs(vf)), name)
+        dist = np.where(np.isnan(dist), np.inf, dist)
+        ulps = float(dist.max())
+    else:
+        name, ulps = t.dtype.name, float("inf")
+    base: dict[str, Any] = {"n": t.size, "ndiff": nd, "ulps": ulps, "first": first,
+                            "torch_value": float(tf[0]), "fpemu_value": float(vf[0])}  # fmt: skip
+    if out.exact or not is_float or out.err is None:
+        return Judged("differs", cause="emulation claims exact" if out.exact else
+                      (out.reason or "no bound"), **base)  # fmt: skip
+    center = np.asarray(out.center if out.center is not None else v, np.float64)
+    center = np.broadcast_to(center, t.shape).ravel()[idx]
+    err = np.broadcast_to(np.asarray(out.err, np.float64), t.shape).ravel()[idx]
+    with np.errstate(invalid="ignore", over="ignore"):
+        lo = np.asarray(fround(center - err, name, mode="rdown"), np.float64)
+        hi = np.asarray(fround(center + err, name, mode="rup"), np.float64)
+    ok = ((tf >= lo) & (tf <= hi)) | (np.isnan(tf) & np.isnan(center))
+    if bool(ok.all()):
+        return Judged("bounded", cause=out.reason, **base)
+    bad = int(np.flatnonzero(~ok)[0])
+    first = tuple(int(i) for i in np.unravel_index(int(idx[bad]), t.shape))
+    base.update(first=first, torch_value=float(tf[bad]), fpemu_value=float(vf[bad]))
+    return Judged("differs", cause=f"outside the bound ({out.reason}): "
+                  f"{int(np.count_nonzero(~ok))} elements", **base)  # fmt: skip

@@ -1,0 +1,182 @@
+"""The watcher: a ``TorchDispatchMode`` that judges every ATen op torch runs, as it runs.
+
+For each op the watcher converts torch's inputs to NumPy (copying those an in-place op is about
+to overwrite), lets torch run the op, converts its outputs, and asks the op's emulation
+(:mod:`fpemu.validate.ops`) for fpemu's result **from torch's own inputs**: every finding is
+local to the op that made it. It also notes where the op ran: the training step, the phase
+(``forward``, ``backward``: inside autograd's engine, ``optimizer``: inside ``optimizer.step``
+or ``zero_grad``, ``scaler``: inside a ``GradScaler`` method) and the module (torch's
+``ModuleTracker``, in the backward too).
+
+Steps are counted from 0; a new step starts at the first forward op after any backward,
+optimizer or scaler op (so gradient-accumulation micro-batches count as steps).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from fpemu.validate.ops import Call, lookup
+from fpemu.validate.watch.convert import dtype_name, to_numpy, tree_to_numpy
+from fpemu.validate.watch.schema import outputs as op_outputs
+from fpemu.validate.watch.schema import written_ids
+from fpemu.validate.watch.verdict import Judged, judge
+
+__all__ = ["ORDER", "Watcher"]
+
+#: verdicts from best to worst; a row's verdict is the worst over its outputs
+ORDER = ("identical", "bounded", "not_emulated", "policy", "differs")
+#: namespaces whose ops are bookkeeping, not arithmetic (profiler ranges)
+_SKIP_NS = ("profiler.",)
+#: ATen ops that return no tensor and compute nothing to judge (reads of a value, sizes)
+_SKIP = frozenset({"aten._local_scalar_dense.default", "aten.sym_size.int", "aten.sym_numel.default",
+                   "aten.sym_stride.int", "aten.is_nonzero.default"})  # fmt: skip
+
+
+def _capability() -> str:
+    import torch  # noqa: PLC0415
+
+    return str(torch.backends.cpu.get_cpu_capability()).lower()
+
+
+class Watcher:
+    """State of one ``watch`` block: the rows, the step and phase, and the hooks it installed.
+
+    Not built directly: :func:`fpemu.validate.watch.watch` returns one.
+    """
+
+    def __init__(self, *, policy: Any = None, judge_views: bool = True) -> None:
+        from fpemu.validate.watch.policy import PolicyCheck  # noqa: PLC0415
+        from fpemu.validate.watch.procedure import Procedure  # noqa: PLC0415
+
+        self.rows: list[dict[str, Any]] = []
+        self.step = 0
+        self.capability = _capability()
+        self.policy = PolicyCheck(policy)
+        self.procedure = Procedure()
+        self.judge_views = judge_views
+        self._phases: list[str] = []
+        self._last_phase = "forward"
+        self._tracker: Any = None
+        self.seconds = 0.0
+
+    # -- where an op runs -------------------------------------------------------------------
+    def phase(self) -> str:
+        """The phase of the op being dispatched now."""
+        import torch  # noqa: PLC0415
+
+        if torch._C._current_autograd_node() is not None:
+            return "backward"
+        return self._phases[-1] if self._phases else "forward"
+
+    def module(self) -> str:
+        """The innermost module the tracker says is running, as a dotted path ("" for none)."""
+        if self._tracker is None:
+            return ""
+        parents = [p for p in self._tracker.parents if p != "Global"]
+        if not parents:
+            return ""
+        deepest = max(parents, key=lambda p: (p.count("."), len(p)))
+        root, _, rest = deepest.partition(".")
+        return rest
+
+    @contextlib.contextmanager
+    def in_phase(self, name: str) -> Iterator[None]:
+        """Ops inside this block belong to phase ``name`` (used by the installed hooks)."""
+        self._phases.append(name)
+        try:
+            yield
+        finally:
+            self._phases.pop()
+
+    # -- one op -----------------------------------------------------------------------------
+    def dispatch(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """Run ``func`` for torch and judge its outputs (the dispatch mode's body)."""
+        name = str(func)
+        if name in _SKIP or name.startswith(_SKIP_NS):
+            return func(*args, **kwargs)
+        t0 = time.perf_counter()
+        phase = self.phase()
+        if phase == "forward" and self._last_phase != "forward":
+            self.step += 1
+        self._last_phase = phase
+        emulation = lookup(name)
+        np_args = np_kwargs = None
+        if emulation is not None:
+            ids = written_ids(func, args, kwargs)
+            np_args = tree_to_numpy(args, copy_ids=ids)
+            np_kwargs = tree_to_numpy(kwargs, copy_ids=ids)
+        t1 = time.perf_counter()
+        result = func(*args, **kwargs)
+        t2 = time.perf_counter()
+        outs = op_outputs(func, args, kwargs, result)
+        row = self._row(name, phase, args, kwargs, outs)
+        if emulation is None:
+            row.update(verdict="not_emulated", cause="no emulation of this ATen op in fpemu")
+        else:
+            self._judge(row, emulation, name, np_args, np_kwargs, outs)
+        self.policy.check(row, name, args, kwargs, outs, self)
+        self.procedure.op(row, name, args, kwargs, outs, self)
+        self.rows.append(row)
+        self.seconds += (time.perf_counter() - t2) + (t1 - t0)
+        return result
+
+    def _row(self, name: str, phase: str, args: Any, kwargs: Any, outs: list[Any]) -> dict[str, Any]:
+        import torch  # noqa: PLC0415
+        from torch.utils._pytree import tree_leaves  # noqa: PLC0415
+
+        node = torch._C._current_autograd_node()
+        ins = [dtype_name(t.dtype) for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+        return {
+            "step": self.step, "phase": phase, "module": self.module(), "op": name,
+            "verdict": "identical", "cause": "", "node": node.name() if node is not None else "",
+            "in_dtypes": ins, "out_dtypes": [dtype_name(t.dtype) for t in outs],
+            "shape": list(outs[0].shape) if outs else [], "n": 0, "ndiff": 0, "ulps": 0.0,
+        }  # fmt: skip
+
+    def _judge(self, row: dict[str, Any], emulation: Any, name: str, np_args: Any,
+               np_kwargs: Any, outs: list[Any]) -> None:  # fmt: skip
+        call = Call(name, tuple(np_args), dict(np_kwargs), tuple(row["out_dtypes"]),
+                    capability=self.capability)  # fmt: skip
+        try:
+            emulated = list(emulation(call))
+        except Exception as exc:  # an emulation bug must surface as a row, not vanish
+            row.update(verdict="not_emulated", cause=f"emulation raised {type(exc).__name__}: {exc}")
+            return
+        if len(emulated) != len(outs):
+            row.update(verdict="not_emulated",
+                       cause=f"emulation gave {len(emulated)} outputs, torch {len(outs)}")  # fmt: skip
+            return
+        worst: Judged | None = None
+        for t, out in zip(outs, emulated, strict=True):
+            if out is None:
+                continue
+            j = judge(to_numpy(t), out)
+            row["n"] += j.n
+            row["ndiff"] += j.ndiff
+            row["ulps"] = max(row["ulps"], j.ulps)
+            if worst is None or ORDER.index(j.verdict) > ORDER.index(worst.verdict):
+                worst = j
+        if worst is not None:
+            row["verdict"] = worst.verdict
+            row["cause"] = worst.cause
+            if worst.first is not None:
+                row.update(first=list(worst.first), torch_value=worst.torch_value,
+                           fpemu_value=worst.fpemu_value)  # fmt: skip
+
+    # -- install / remove -------------------------------------------------------------------
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[Watcher]:
+        """Install the dispatch mode, the module tracker and the phase hooks for the block."""
+        from torch.utils.module_tracker import ModuleTracker  # noqa: PLC0415
+
+        from fpemu.validate.watch.hooks import phase_hooks  # noqa: PLC0415
+        from fpemu.validate.watch.mode import WatchMode  # noqa: PLC0415
+
+        self._tracker = ModuleTracker()
+        with self._tracker, phase_hooks(self), WatchMode(self):
+            yield self
+        self.procedure.finish(self)
