@@ -46,6 +46,15 @@ from fpemu.training import TrainResult, train
 
 __version__ = "0.1.0"
 
+
+def __getattr__(name: str) -> object:
+    """Lazy attributes: ``fpemu.watch`` imports torch only when first used."""
+    if name == "watch":
+        from fpemu.validate.watch import watch  # noqa: PLC0415
+
+        return watch
+    raise AttributeError(f"module 'fpemu' has no attribute {name!r}")
+
 __all__ = [
     "ALIASES",
     "BLOCK_FORMATS",
@@ -106,4 +115,5 @@ __all__ = [
     "to_storage",
     "train",
     "ulp",
+    "watch",
 ]

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import torch
 
 from fpemu.validate.ops import Call, Out, lookup
 from fpemu.validate.watch.convert import dtype_name, to_numpy, tree_to_numpy
@@ -19,8 +20,6 @@ from fpemu.validate.watch.verdict import Judged, judge
 
 
 def capability() -> str:
-    import torch
-
     return str(torch.backends.cpu.get_cpu_capability()).lower()
 
 

@@ -20,10 +20,10 @@ The table is data: :data:`TABLE` maps the ATen overload name (``"aten.addmm.defa
 
 >>> import numpy as np
 >>> from fpemu.validate.ops import Call, lookup
->>> call = Call("aten.relu.default", (np.float32([-1.0, 2.0]),), {}, ("float32",))
->>> out = lookup("aten.relu.default")(call)[0]
->>> out.value.tolist(), out.exact
-([0.0, 2.0], True)
+>>> call = Call("aten._to_copy.default", (np.float32([0.1, 2.0]),), {}, ("bfloat16",))
+>>> out = lookup("aten._to_copy.default")(call)[0]
+>>> out.value.astype(float).tolist(), out.exact
+([0.10009765625, 2.0], True)
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["TABLE", "Call", "Emulation", "Out", "exact", "lookup", "register", "names"]
+__all__ = ["TABLE", "Call", "Emulation", "Out", "exact", "lookup", "names", "register"]
 
 
 @dataclass(frozen=True)
@@ -104,9 +104,22 @@ TABLE: dict[str, Emulation] = {}
 
 #: the modules that register emulations (imported on first lookup)
 _MODULES = (
-    "views", "casts", "matmul", "elementwise", "activations", "softmax", "norms", "losses",
-    "reductions", "embedding", "conv", "attention", "dropout", "optim", "scaler",
-)  # fmt: skip
+    "views",
+    "casts",
+    "matmul",
+    "elementwise",
+    "activations",
+    "softmax",
+    "norms",
+    "losses",
+    "reductions",
+    "embedding",
+    "conv",
+    "attention",
+    "dropout",
+    "optim",
+    "scaler",
+)
 _loaded: list[bool] = []
 
 

@@ -51,7 +51,9 @@ def dtype(name: str) -> np.dtype[Any]:
     try:
         return _DT[name]
     except KeyError:
-        raise ValueError(f"dtype {name!r} is not one the op emulations know: {sorted(_DT)}") from None
+        raise ValueError(
+            f"dtype {name!r} is not one the op emulations know: {sorted(_DT)}"
+        ) from None
 
 
 def fmt(a: Any) -> str:
@@ -89,7 +91,7 @@ def to(x: Any, name: str) -> np.ndarray:
     if name in ("float64", "float32") or not np.issubdtype(arr.dtype, np.floating):
         return arr.astype(dt)  # NumPy's float64 -> float32 cast rounds to nearest even
     if name == "bfloat16" and arr.dtype == np.float32:
-        return rne_bfloat16(np.ascontiguousarray(arr)).astype(dt)
+        return rne_bfloat16(np.ascontiguousarray(arr)).reshape(arr.shape).astype(dt)
     wide = arr.astype(np.float64) if arr.dtype != np.float64 else arr
     return np.asarray(fround(wide, name)).astype(dt)
 

@@ -47,7 +47,8 @@ def to_numpy(t: Any, *, copy: bool = False) -> np.ndarray:
         a = t.view(getattr(torch, _VIEW[name])).numpy().view(np_dtype(name))
     else:
         a = t.numpy()
-    return a.copy() if copy else a
+    arr: np.ndarray = a.copy() if copy else a
+    return arr
 
 
 def from_numpy(a: np.ndarray) -> Any:

@@ -26,9 +26,8 @@ import numpy as np
 
 from fpemu.rounding import round as fround
 from fpemu.validate.ops import Out
-from fpemu.validate.ops._num import FLOATS
+from fpemu.validate.ops._num import FLOATS, ulp
 from fpemu.validate.ops._num import fmt as fmt_name
-from fpemu.validate.ops._num import ulp
 
 __all__ = ["Judged", "judge"]
 
@@ -61,9 +60,13 @@ def judge(t: np.ndarray, out: Out) -> Judged:
     v = np.asarray(out.value)
     t = np.asarray(t)
     if t.shape != v.shape or t.dtype != v.dtype:
-        return Judged("differs", t.size, t.size, float("inf"),
-                      cause=f"shape/dtype: torch {t.dtype}{list(t.shape)}, "
-                            f"fpemu {v.dtype}{list(v.shape)}")  # fmt: skip
+        return Judged(
+            "differs",
+            t.size,
+            t.size,
+            float("inf"),
+            cause=f"shape/dtype: torch {t.dtype}{list(t.shape)}, fpemu {v.dtype}{list(v.shape)}",
+        )
     is_float = _is_float(t)
     if not is_float:
         diff = np.asarray(t != v)
@@ -87,11 +90,20 @@ def judge(t: np.ndarray, out: Out) -> Judged:
         ulps = float(dist.max())
     else:
         name, ulps = t.dtype.name, float("inf")
-    base: dict[str, Any] = {"n": t.size, "ndiff": nd, "ulps": ulps, "first": first,
-                            "torch_value": float(tf[0]), "fpemu_value": float(vf[0])}  # fmt: skip
+    base: dict[str, Any] = {
+        "n": t.size,
+        "ndiff": nd,
+        "ulps": ulps,
+        "first": first,
+        "torch_value": float(tf[0]),
+        "fpemu_value": float(vf[0]),
+    }
     if out.exact or not is_float or out.err is None:
-        return Judged("differs", cause="emulation claims exact" if out.exact else
-                      (out.reason or "no bound"), **base)  # fmt: skip
+        return Judged(
+            "differs",
+            cause="emulation claims exact" if out.exact else (out.reason or "no bound"),
+            **base,
+        )
     center = np.asarray(out.center if out.center is not None else v, np.float64)
     center = np.broadcast_to(center, t.shape).ravel()[idx]
     err = np.broadcast_to(np.asarray(out.err, np.float64), t.shape).ravel()[idx]
@@ -104,5 +116,8 @@ def judge(t: np.ndarray, out: Out) -> Judged:
     bad = int(np.flatnonzero(~ok)[0])
     first = tuple(int(i) for i in np.unravel_index(int(idx[bad]), t.shape))
     base.update(first=first, torch_value=float(tf[bad]), fpemu_value=float(vf[bad]))
-    return Judged("differs", cause=f"outside the bound ({out.reason}): "
-                  f"{int(np.count_nonzero(~ok))} elements", **base)  # fmt: skip
+    return Judged(
+        "differs",
+        cause=f"outside the bound ({out.reason}): {int(np.count_nonzero(~ok))} elements",
+        **base,
+    )

@@ -32,8 +32,39 @@ ORDER = ("identical", "bounded", "not_emulated", "policy", "differs")
 #: namespaces whose ops are bookkeeping, not arithmetic (profiler ranges)
 _SKIP_NS = ("profiler.",)
 #: ATen ops that return no tensor and compute nothing to judge (reads of a value, sizes)
-_SKIP = frozenset({"aten._local_scalar_dense.default", "aten.sym_size.int", "aten.sym_numel.default",
-                   "aten.sym_stride.int", "aten.is_nonzero.default"})  # fmt: skip
+_SKIP = frozenset(
+    {
+        "aten._local_scalar_dense.default",
+        "aten.sym_size.int",
+        "aten.sym_numel.default",
+        "aten.sym_stride.int",
+        "aten.is_nonzero.default",
+    }
+)
+
+
+_MISSING = "no emulation of this ATen op in fpemu"
+#: random-number ops: their values come from torch's generator, there is nothing to recompute
+_RANDOM = dict.fromkeys(
+    (
+        "randn",
+        "rand",
+        "randint",
+        "randperm",
+        "normal_",
+        "uniform_",
+        "bernoulli_",
+        "bernoulli",
+        "exponential_",
+        "random_",
+        "multinomial",
+        "normal",
+        "randn_like",
+        "rand_like",
+        "randint_like",
+    ),
+    "random numbers from torch's generator: not emulated (draw them outside the watched step)",
+)
 
 
 def _capability() -> str:
@@ -61,6 +92,7 @@ class Watcher:
         self._phases: list[str] = []
         self._last_phase = "forward"
         self._tracker: Any = None
+        self._internal = 0
         self.seconds = 0.0
 
     # -- where an op runs -------------------------------------------------------------------
@@ -80,8 +112,8 @@ class Watcher:
         if not parents:
             return ""
         deepest = max(parents, key=lambda p: (p.count("."), len(p)))
-        root, _, rest = deepest.partition(".")
-        return rest
+        _root, _, rest = deepest.partition(".")
+        return str(rest)
 
     @contextlib.contextmanager
     def in_phase(self, name: str) -> Iterator[None]:
@@ -92,11 +124,20 @@ class Watcher:
         finally:
             self._phases.pop()
 
+    @contextlib.contextmanager
+    def internal(self) -> Iterator[None]:
+        """Ops inside this block are the watcher's own (its checks), not the program's."""
+        self._internal += 1
+        try:
+            yield
+        finally:
+            self._internal -= 1
+
     # -- one op -----------------------------------------------------------------------------
     def dispatch(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """Run ``func`` for torch and judge its outputs (the dispatch mode's body)."""
         name = str(func)
-        if name in _SKIP or name.startswith(_SKIP_NS):
+        if self._internal or name in _SKIP or name.startswith(_SKIP_NS):
             return func(*args, **kwargs)
         t0 = time.perf_counter()
         phase = self.phase()
@@ -115,7 +156,7 @@ class Watcher:
         outs = op_outputs(func, args, kwargs, result)
         row = self._row(name, phase, args, kwargs, outs)
         if emulation is None:
-            row.update(verdict="not_emulated", cause="no emulation of this ATen op in fpemu")
+            row.update(verdict="not_emulated", cause=_RANDOM.get(name.split(".")[1], _MISSING))
         else:
             self._judge(row, emulation, name, np_args, np_kwargs, outs)
         self.policy.check(row, name, args, kwargs, outs, self)
@@ -124,31 +165,60 @@ class Watcher:
         self.seconds += (time.perf_counter() - t2) + (t1 - t0)
         return result
 
-    def _row(self, name: str, phase: str, args: Any, kwargs: Any, outs: list[Any]) -> dict[str, Any]:
+    def _row(
+        self, name: str, phase: str, args: Any, kwargs: Any, outs: list[Any]
+    ) -> dict[str, Any]:
         import torch  # noqa: PLC0415
         from torch.utils._pytree import tree_leaves  # noqa: PLC0415
 
         node = torch._C._current_autograd_node()
-        ins = [dtype_name(t.dtype) for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+        ins = [
+            dtype_name(t.dtype) for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)
+        ]
         return {
-            "step": self.step, "phase": phase, "module": self.module(), "op": name,
-            "verdict": "identical", "cause": "", "node": node.name() if node is not None else "",
-            "in_dtypes": ins, "out_dtypes": [dtype_name(t.dtype) for t in outs],
-            "shape": list(outs[0].shape) if outs else [], "n": 0, "ndiff": 0, "ulps": 0.0,
-        }  # fmt: skip
+            "step": self.step,
+            "phase": phase,
+            "module": self.module(),
+            "op": name,
+            "verdict": "identical",
+            "cause": "",
+            "node": node.name() if node is not None else "",
+            "in_dtypes": ins,
+            "out_dtypes": [dtype_name(t.dtype) for t in outs],
+            "shape": list(outs[0].shape) if outs else [],
+            "n": 0,
+            "ndiff": 0,
+            "ulps": 0.0,
+        }
 
-    def _judge(self, row: dict[str, Any], emulation: Any, name: str, np_args: Any,
-               np_kwargs: Any, outs: list[Any]) -> None:  # fmt: skip
-        call = Call(name, tuple(np_args), dict(np_kwargs), tuple(row["out_dtypes"]),
-                    capability=self.capability)  # fmt: skip
+    def _judge(
+        self,
+        row: dict[str, Any],
+        emulation: Any,
+        name: str,
+        np_args: Any,
+        np_kwargs: Any,
+        outs: list[Any],
+    ) -> None:
+        call = Call(
+            name,
+            tuple(np_args),
+            dict(np_kwargs),
+            tuple(row["out_dtypes"]),
+            capability=self.capability,
+        )
         try:
             emulated = list(emulation(call))
         except Exception as exc:  # an emulation bug must surface as a row, not vanish
-            row.update(verdict="not_emulated", cause=f"emulation raised {type(exc).__name__}: {exc}")
+            row.update(
+                verdict="not_emulated", cause=f"emulation raised {type(exc).__name__}: {exc}"
+            )
             return
         if len(emulated) != len(outs):
-            row.update(verdict="not_emulated",
-                       cause=f"emulation gave {len(emulated)} outputs, torch {len(outs)}")  # fmt: skip
+            row.update(
+                verdict="not_emulated",
+                cause=f"emulation gave {len(emulated)} outputs, torch {len(outs)}",
+            )
             return
         worst: Judged | None = None
         for t, out in zip(outs, emulated, strict=True):
@@ -164,8 +234,11 @@ class Watcher:
             row["verdict"] = worst.verdict
             row["cause"] = worst.cause
             if worst.first is not None:
-                row.update(first=list(worst.first), torch_value=worst.torch_value,
-                           fpemu_value=worst.fpemu_value)  # fmt: skip
+                row.update(
+                    first=list(worst.first),
+                    torch_value=worst.torch_value,
+                    fpemu_value=worst.fpemu_value,
+                )
 
     # -- install / remove -------------------------------------------------------------------
     @contextlib.contextmanager
@@ -174,9 +247,9 @@ class Watcher:
         from torch.utils.module_tracker import ModuleTracker  # noqa: PLC0415
 
         from fpemu.validate.watch.hooks import phase_hooks  # noqa: PLC0415
-        from fpemu.validate.watch.mode import WatchMode  # noqa: PLC0415
+        from fpemu.validate.watch.mode import AutocastMode, WatchMode  # noqa: PLC0415
 
         self._tracker = ModuleTracker()
-        with self._tracker, phase_hooks(self), WatchMode(self):
+        with self._tracker, phase_hooks(self), AutocastMode(self), WatchMode(self):
             yield self
         self.procedure.finish(self)

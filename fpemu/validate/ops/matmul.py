@@ -1,0 +1,134 @@
+"""The matmul family: ``mm``, ``addmm``, ``bmm``, ``baddbmm``, ``mv``, ``dot`` (what ``linear``,
+``matmul`` and ``einsum`` decompose to on the CPU).
+
+**watch** (``call.model`` is None): torch's CPU GEMMs (MKL for float32, oneDNN for bfloat16 and
+float16) accumulate in float32 in an order they do not specify, so the value is bounded. The
+products of 16-bit inputs are exact in float32 and a float32 product is exact in float64, so
+the exact sum ``s`` is computed in float64 (error at most ``K 2**-53 sum|a b|``) and the kernel's
+float32 accumulation of ``K`` products plus ``c`` lies within ``gamma_{K+3} (|alpha| sum|a b| +
+|beta c|)`` of it (Higham, *Accuracy and Stability*, eq. 3.5; ``gamma_n = n u / (1 - n u)``,
+``u = 2**-24``; the 3 covers the product rounding, the ``+ c`` and the alpha/beta scalings).
+The result is then rounded once to the output dtype (measured on torch 2.13: bfloat16
+``addmm`` equals the correctly rounded ``c + a b`` on 64x256x32 random inputs, while rounding
+``a b`` to bfloat16 before adding ``c`` differs in 530 of 2048 outputs).
+
+**emulate** (``call.model`` names an accumulation model): the value is :func:`fpemu.matmul`
+under that model, inputs in their own format, accumulation in float32, one rounding to the
+output dtype; the result is exact by definition (it is what the emulated hardware computes).
+
+>>> import numpy as np
+>>> from fpemu.validate.ops import Call, lookup
+>>> a = np.float32([[1.0, 2.0]]); b = np.float32([[3.0], [4.0]])
+>>> out = lookup("aten.mm.default")(Call("aten.mm.default", (a, b), {}, ("float32",)))[0]
+>>> out.value.tolist(), out.exact
+([[11.0]], False)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from fpemu.validate.ops import Call, Out, bounded, exact, register
+from fpemu.validate.ops._num import LOW, fmt, to
+
+__all__ = ["gemm"]
+
+U32 = 2.0**-24
+U64 = 2.0**-53
+
+
+def _gamma(n: int, u: float) -> float:
+    return n * u / (1.0 - n * u)
+
+
+def gemm(
+    call: Call,
+    a: Any,
+    b: Any,
+    c: Any = None,
+    *,
+    alpha: float = 1.0,
+    beta: float = 1.0,
+    what: str = "GEMM",
+) -> Out:
+    """``beta c + alpha a @ b`` (``c`` may be None) as torch's CPU kernel computes it, judged to
+    the float32-accumulation bound (watch) or under ``call.model`` (emulate)."""
+    a, b = np.asarray(a), np.asarray(b)
+    name = call.out_dtypes[0]
+    k = a.shape[-1]
+    if call.model is not None:
+        return exact(_emulated(call, a, b, c, alpha=alpha, beta=beta))
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    s = np.matmul(a64, b64)
+    mag = np.matmul(np.abs(a64), np.abs(b64))
+    if alpha != 1.0:
+        s *= alpha
+        mag *= abs(alpha)
+    if c is not None:
+        c64 = np.asarray(c).astype(np.float64) * beta
+        s = s + c64
+        mag = mag + np.abs(c64)
+    wide = name in LOW or name == "float32"
+    err = mag * (_gamma(k + 3, U32) + _gamma(k + 1, U64)) if wide else mag * _gamma(k + 3, U64)
+    reason = (
+        f"{what} summation order: float32 accumulation of K={k} products within "
+        f"gamma_(K+3) sum|a b| (Higham 3.5), then one rounding to {name}"
+    )
+    value = to(s, name) if name in LOW else s.astype(np.float32 if name == "float32" else s.dtype)
+    return bounded(value, err, reason, center=s)
+
+
+def _emulated(
+    call: Call, a: np.ndarray, b: np.ndarray, c: Any, *, alpha: float, beta: float
+) -> np.ndarray:
+    from fpemu.linalg import matmul  # noqa: PLC0415 - the emulate path only
+
+    name = call.out_dtypes[0]
+    if alpha != 1.0 or beta not in (0.0, 1.0):
+        raise ValueError(f"alpha={alpha}, beta={beta}: emulated GEMMs take alpha=1, beta in (0, 1)")
+    cc = None if c is None or beta == 0.0 else np.asarray(c).astype(np.float64)
+    r = matmul(
+        a.astype(np.float64),
+        b.astype(np.float64),
+        fmt=fmt(a),
+        acc="float32",
+        out=name,
+        c=cc,
+        model=str(call.model),
+    )
+    return to(np.asarray(r), name)
+
+
+@register("aten.mm.default", "aten.bmm.default", "aten.matmul.default")
+def _mm(call: Call) -> Sequence[Out | None]:
+    return [gemm(call, call.args[0], call.args[1])]
+
+
+@register("aten.addmm.default", "aten.baddbmm.default")
+def _addmm(call: Call) -> Sequence[Out | None]:
+    beta, alpha = call.kwargs.get("beta", 1.0), call.kwargs.get("alpha", 1.0)
+    c = None if beta == 0 else call.args[0]
+    return [gemm(call, call.args[1], call.args[2], c, alpha=alpha, beta=beta)]
+
+
+@register("aten.mv.default")
+def _mv(call: Call) -> Sequence[Out | None]:
+    v = np.asarray(call.args[1])
+    out = gemm(call, call.args[0], v[:, None], what="GEMV")
+    return [_squeezed(out)]
+
+
+@register("aten.dot.default")
+def _dot(call: Call) -> Sequence[Out | None]:
+    a, b = np.asarray(call.args[0]), np.asarray(call.args[1])
+    return [_squeezed(gemm(call, a[None, :], b[:, None], what="dot"), axes=(0, 1))]
+
+
+def _squeezed(out: Out, axes: tuple[int, ...] = (-1,)) -> Out:
+    def sq(x: Any) -> Any:
+        return None if x is None else np.squeeze(np.asarray(x), axis=axes) if np.ndim(x) else x
+
+    return Out(sq(out.value), out.exact, sq(out.center), sq(out.err), out.reason)
