@@ -33,7 +33,8 @@ def emulate(func: Any, *args: Any, **kwargs: Any) -> tuple[list[Any], list[Out |
     result = func(*args, **kwargs)
     outs = outputs(func, args, kwargs, result)
     call = Call(str(func), tuple(np_args), dict(np_kwargs),
-                tuple(dtype_name(t.dtype) for t in outs), capability=capability())
+                tuple(dtype_name(t.dtype) for t in outs), capability=capability(),
+                options={"outputs": [to_numpy(t) for t in outs]})
     emulated = list(emulation(call))
     assert len(emulated) == len(outs), (len(emulated), len(outs))
     return outs, emulated

@@ -53,7 +53,10 @@ class Call:
             ``"avx512"``): some kernels fuse a multiply-add only on the SIMD builds.
         model: the accumulation model matmul-class ops use in ``emulate`` (None in ``watch``:
             torch's CPU GEMM order is not specified, so its value is bounded).
-        options: anything else an emulation needs from its caller (the emulate policy, ...).
+        options: anything else an emulation needs from its caller. ``watch`` passes
+            ``"outputs"``: torch's own outputs (NumPy, schema order), for the few ops whose
+            result is not a function of their inputs (a random mask is judged given torch's
+            own draw); ``emulate`` passes its policy.
     """
 
     op: str

@@ -291,3 +291,38 @@ def _arange(call: Call) -> Sequence[Out | None]:
         start, end = call.args[0], call.args[1]
         step = call.arg(2, "step", 1) if call.op == "aten.arange.start_step" else 1
     return [exact(np.arange(start, end, step, dtype=dtype(name)))]
+
+
+# -- backwards of selections: the gradient placed into zeros ------------------------------------
+@register("aten.select_backward.default")
+def _select_backward(call: Call) -> Sequence[Out | None]:
+    g = np.asarray(call.args[0])
+    sizes, d, i = list(call.args[1]), call.args[2], call.args[3]
+    out = np.zeros(sizes, g.dtype)
+    index: list[Any] = [slice(None)] * len(sizes)
+    index[_dim(d, len(sizes))] = i
+    out[tuple(index)] = g
+    return [exact(out)]
+
+
+@register("aten.slice_backward.default")
+def _slice_backward(call: Call) -> Sequence[Out | None]:
+    g = np.asarray(call.args[0])
+    sizes, d, start, end, step = list(call.args[1]), *call.args[2:6]
+    out = np.zeros(sizes, g.dtype)
+    index: list[Any] = [slice(None)] * len(sizes)
+    index[_dim(d, len(sizes))] = slice(start, end, step)
+    out[tuple(index)] = g
+    return [exact(out)]
+
+
+# -- random draws, judged given torch's own draw -----------------------------------------------
+@register("aten.bernoulli_.float")
+def _bernoulli(call: Call) -> Sequence[Out | None]:
+    """CPU dropout's mask (``empty_like(x).bernoulli_(1 - p)``): which elements are kept is
+    torch's random draw and cannot be recomputed; what can be judged is that the draw is a
+    mask: every element exactly 0 or 1 (anything else is put to NaN so it differs)."""
+    drawn = np.asarray(call.options["outputs"][0])
+    ok = (drawn == 0) | (drawn == 1)
+    nan = np.asarray(np.nan, np.float32).astype(drawn.dtype)
+    return [exact(np.where(ok, drawn, nan))]

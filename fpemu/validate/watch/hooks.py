@@ -50,6 +50,7 @@ def phase_hooks(w: Any) -> Iterator[None]:
     def post(opt: Any, args: Any, kwargs: Any) -> None:
         if stack:
             stack.pop().__exit__(None, None, None)
+        w.end_step()
 
     handles = [register_optimizer_step_pre_hook(pre), register_optimizer_step_post_hook(post)]
     undo.extend(h.remove for h in handles)

@@ -2,7 +2,8 @@
 AMP policy does not prescribe it.
 
 A low dtype (bfloat16, float16, float8) is *introduced* by an op whose outputs hold it while
-none of its tensor inputs does: a cast, a factory, a custom kernel. Ops that merely compute in a
+none of its tensor inputs does and some floating input is of another dtype: a narrowing cast,
+a custom kernel. (Bools, integers and factories of constants bring in no rounding of data.) Ops that merely compute in a
 dtype their inputs already have are judged where that dtype came in, once. An introduction is
 prescribed when
 
@@ -27,6 +28,7 @@ from fpemu.validate.watch.convert import dtype_name
 __all__ = ["LOW_DTYPES", "PolicyCheck"]
 
 LOW_DTYPES = frozenset({"bfloat16", "float16", "float8_e4m3fn", "float8_e5m2"})
+_FLOATS = LOW_DTYPES | {"float32", "float64"}
 
 
 class PolicyCheck:
@@ -63,8 +65,9 @@ class PolicyCheck:
         """Set ``row``'s verdict to ``policy`` if the op introduces a low dtype not prescribed."""
         import torch  # noqa: PLC0415
 
-        new = set(row["out_dtypes"]) & LOW_DTYPES - set(row["in_dtypes"])
-        if not new:
+        ins = set(row["in_dtypes"])
+        new = set(row["out_dtypes"]) & LOW_DTYPES - ins
+        if not new or not ins & _FLOATS:
             return
         bad = sorted(new - self.allowed(row["phase"], torch._C._current_autograd_node()))
         if not bad or row["verdict"] == "differs":

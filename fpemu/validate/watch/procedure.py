@@ -63,6 +63,8 @@ class Procedure:
             self._scaler_steps[id(args[0])] = w.step
         elif name == "scaler.scale":
             self._scaled_step = w.step
+        elif name == "scaler.update":
+            w.end_step()
         elif name == "scaler.unscale_":
             self._unscaled_step = w.step
         elif (

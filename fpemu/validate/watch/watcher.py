@@ -8,8 +8,9 @@ local to the op that made it. It also notes where the op ran: the training step,
 or ``zero_grad``, ``scaler``: inside a ``GradScaler`` method) and the module (torch's
 ``ModuleTracker``, in the backward too).
 
-Steps are counted from 0; a new step starts at the first forward op after any backward,
-optimizer or scaler op (so gradient-accumulation micro-batches count as steps).
+Steps are counted from 0; a new step starts at the first forward op after an
+``optimizer.step()`` or a ``GradScaler.update()`` (a step the scaler skipped still ends the step;
+gradient-accumulation micro-batches belong to the step their optimizer step ends).
 """
 
 from __future__ import annotations
@@ -90,7 +91,7 @@ class Watcher:
         self.procedure = Procedure()
         self.judge_views = judge_views
         self._phases: list[str] = []
-        self._last_phase = "forward"
+        self._stepped = False
         self._tracker: Any = None
         self._internal = 0
         self.seconds = 0.0
@@ -124,6 +125,10 @@ class Watcher:
         finally:
             self._phases.pop()
 
+    def end_step(self) -> None:
+        """An optimizer step (or a scaler update) finished: the next forward op starts a step."""
+        self._stepped = True
+
     @contextlib.contextmanager
     def internal(self) -> Iterator[None]:
         """Ops inside this block are the watcher's own (its checks), not the program's."""
@@ -141,9 +146,9 @@ class Watcher:
             return func(*args, **kwargs)
         t0 = time.perf_counter()
         phase = self.phase()
-        if phase == "forward" and self._last_phase != "forward":
+        if phase == "forward" and self._stepped:
             self.step += 1
-        self._last_phase = phase
+            self._stepped = False
         emulation = lookup(name)
         np_args = np_kwargs = None
         if emulation is not None:
@@ -200,12 +205,14 @@ class Watcher:
         np_kwargs: Any,
         outs: list[Any],
     ) -> None:
+        np_outs = [to_numpy(t) for t in outs]
         call = Call(
             name,
             tuple(np_args),
             dict(np_kwargs),
             tuple(row["out_dtypes"]),
             capability=self.capability,
+            options={"outputs": np_outs},
         )
         try:
             emulated = list(emulation(call))
@@ -221,10 +228,10 @@ class Watcher:
             )
             return
         worst: Judged | None = None
-        for t, out in zip(outs, emulated, strict=True):
+        for t, out in zip(np_outs, emulated, strict=True):
             if out is None:
                 continue
-            j = judge(to_numpy(t), out)
+            j = judge(t, out)
             row["n"] += j.n
             row["ndiff"] += j.ndiff
             row["ulps"] = max(row["ulps"], j.ulps)
