@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-import torch.nn.functional as F
+import torch.nn.functional as F  # noqa: N812 - the name everyone uses
 from torch import nn
 
 CONFIGS = ("bf16_adamw", "fp16_scaler_sgd", "fp32_adamw")

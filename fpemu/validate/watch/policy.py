@@ -3,8 +3,9 @@ AMP policy does not prescribe it.
 
 A low dtype (bfloat16, float16, float8) is *introduced* by an op whose outputs hold it while
 none of its tensor inputs does and some floating input is of another dtype: a narrowing cast,
-a custom kernel. (Bools, integers and factories of constants bring in no rounding of data.) Ops that merely compute in a
-dtype their inputs already have are judged where that dtype came in, once. An introduction is
+a custom kernel. (Bools, integers and factories of constants bring in no rounding of data.)
+Ops that merely compute in a dtype their inputs already have are judged where that dtype came
+in, once. An introduction is
 prescribed when
 
 * forward (and optimizer/scaler ops outside autocast are never prescribed one): autocast is
