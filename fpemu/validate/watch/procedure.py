@@ -33,13 +33,13 @@ class Procedure:
         self._said: set[tuple[str, int]] = set()
 
     def _add(self, w: Any, finding: str, detail: str, *, once: bool = True) -> None:
-        key = (finding, w.step)
+        key = (finding, w.current_step)
         if once and key in self._said:
             return
         self._said.add(key)
         self.findings.append(
             {
-                "step": w.step,
+                "step": w.current_step,
                 "finding": finding,
                 "phase": w.phase(),
                 "module": w.module(),
@@ -52,25 +52,25 @@ class Procedure:
     ) -> None:
         """A hooked call finished (``scaler.init``, ``scaler.scale``, ``clip.*``, ...)."""
         if name == "scaler.init":
-            if self._scaler_steps and w.step > max(self._scaler_steps.values()):
+            if self._scaler_steps and w.current_step > max(self._scaler_steps.values()):
                 self._add(
                     w,
                     "scaler rebuilt",
-                    f"a new GradScaler at step {w.step} (the first at step "
+                    f"a new GradScaler at step {w.current_step} (the first at step "
                     f"{min(self._scaler_steps.values())}): its scale restarts at init_scale "
                     "every step; create the scaler once, before the loop",
                 )
-            self._scaler_steps[id(args[0])] = w.step
+            self._scaler_steps[id(args[0])] = w.current_step
         elif name == "scaler.scale":
-            self._scaled_step = w.step
+            self._scaled_step = w.current_step
         elif name == "scaler.update":
             w.end_step()
         elif name == "scaler.unscale_":
-            self._unscaled_step = w.step
+            self._unscaled_step = w.current_step
         elif (
             name.startswith("clip.")
-            and self._scaled_step == w.step
-            and self._unscaled_step != w.step
+            and self._scaled_step == w.current_step
+            and self._unscaled_step != w.current_step
         ):
             self._add(
                 w,
@@ -83,7 +83,7 @@ class Procedure:
         """Every dispatched op (its row already filled)."""
         if (
             row["phase"] == "backward"
-            and self._scaled_step != w.step
+            and self._scaled_step != w.current_step
             and (
                 "float16" in row["out_dtypes"] and row["node"] != "torch::autograd::AccumulateGrad"
             )

@@ -125,6 +125,12 @@ class Watcher:
         finally:
             self._phases.pop()
 
+    @property
+    def current_step(self) -> int:
+        """The step an event belongs to now (after ``optimizer.step()`` and before the next
+        forward op, the next step)."""
+        return self.step + int(self._stepped)
+
     def end_step(self) -> None:
         """An optimizer step (or a scaler update) finished: the next forward op starts a step."""
         self._stepped = True
