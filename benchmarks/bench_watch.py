@@ -60,16 +60,16 @@ def main() -> None:
     print(f"{'config':8} {'torch step':>12} {'under watch':>12} {'ratio':>7} {'watch own':>10} ops")
     for config in args.configs:
         model, opt, scaler, batch = make(config)
-        base = median_time(lambda: step(model, opt, scaler, batch, config), args.repeats)
-        holder: dict[str, Any] = {}
+        base = median_time(lambda: step(model, opt, scaler, batch, config), args.repeats)  # noqa: B023
+        reports: list[Any] = []
 
         def watched() -> None:
             with fpemu.watch() as w:
                 step(model, opt, scaler, batch, config)  # noqa: B023
-            holder["r"] = w.report()
+            reports.append(w.report())  # noqa: B023
 
         t = median_time(watched, args.repeats)
-        r = holder["r"]
+        r = reports[-1]
         own = r.settings["watch_seconds"]
         print(f"{config:8} {base * 1e3:10.1f}ms {t * 1e3:10.1f}ms {t / base:6.1f}x "
               f"{own * 1e3:8.1f}ms {len(r.rows)}  {r.summary()}")  # fmt: skip

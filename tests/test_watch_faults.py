@@ -12,6 +12,9 @@ still-scaled gradients), each on an otherwise correct program.
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import warnings
 from typing import Any
 
@@ -62,8 +65,10 @@ class HalfStats(nn.Module):
         return torch.relu(x) / scale
 
 
-def _train(net: nn.Module, *, steps: int = 2, autocast: Any = None, scaler: str = "none",
-           clip: bool = False, sgd_lr: float = 0.1) -> fpemu.validate.watch.WatchReport:  # fmt: skip
+def _train(
+    net: nn.Module, *, steps: int = 2, autocast: Any = None, scaler: str = "none",
+    clip: bool = False, sgd_lr: float = 0.1,
+) -> fpemu.validate.watch.WatchReport:  # fmt: skip
     torch.manual_seed(0)
     xs = [torch.randn(4, 8) for _ in range(steps)]
     ys = [torch.randint(0, 3, (4,)) for _ in range(steps)]
@@ -74,7 +79,8 @@ def _train(net: nn.Module, *, steps: int = 2, autocast: Any = None, scaler: str 
             opt.zero_grad()
             if scaler == "every_step":
                 gs = torch.amp.GradScaler("cpu")
-            with torch.autocast("cpu", dtype=autocast or torch.float32, enabled=autocast is not None):
+            on = autocast is not None
+            with torch.autocast("cpu", dtype=autocast or torch.float32, enabled=on):
                 loss = F.cross_entropy(net(x), y)
             if gs is None:
                 loss.backward()
@@ -190,8 +196,6 @@ def test_report_contract() -> None:
     for row in r.rows:
         assert {"step", "phase", "module", "op", "verdict", "cause"} <= set(row)
         assert row["phase"] in ("forward", "backward", "optimizer", "scaler")
-    import json
-
     data = json.loads(r.to_json())
     assert data["counts"] == r.counts and len(data["rows"]) == len(r.rows)
     assert r.to_markdown().startswith("# fpemu watch report")
@@ -206,9 +210,6 @@ def test_bad_policy_argument() -> None:
 
 
 def test_importing_fpemu_does_not_import_torch() -> None:
-    import subprocess
-    import sys
-
     code = "import sys, fpemu; assert 'torch' not in sys.modules; fpemu.watch; print('ok')"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "ok"
