@@ -2,15 +2,19 @@
 ``matmul`` and ``einsum`` decompose to on the CPU).
 
 **watch** (``call.model`` is None): torch's CPU GEMMs (MKL for float32, oneDNN for bfloat16 and
-float16) accumulate in float32 in an order they do not specify, so the value is bounded. The
-products of 16-bit inputs are exact in float32 and a float32 product is exact in float64, so
-the exact sum ``s`` is computed in float64 (error at most ``K 2**-53 sum|a b|``) and the kernel's
-float32 accumulation of ``K`` products plus ``c`` lies within ``gamma_{K+3} (|alpha| sum|a b| +
-|beta c|)`` of it (Higham, *Accuracy and Stability*, eq. 3.5; ``gamma_n = n u / (1 - n u)``,
-``u = 2**-24``; the 3 covers the product rounding, the ``+ c`` and the alpha/beta scalings).
-The result is then rounded once to the output dtype (measured on torch 2.13: bfloat16
-``addmm`` equals the correctly rounded ``c + a b`` on 64x256x32 random inputs, while rounding
-``a b`` to bfloat16 before adding ``c`` differs in 530 of 2048 outputs).
+float16) accumulate in float32 in an order they do not specify, so the value is bounded. Any
+float32 accumulation of ``K`` products plus ``c`` lies within ``gamma_{K+3} m`` of the exact
+``s = beta c + alpha a b``, with ``m = |beta c| + |alpha| |a| |b|`` (Higham, *Accuracy and
+Stability*, eq. 3.5; ``gamma_n = n u / (1 - n u)``, ``u = 2**-24``; the 3 covers the product
+rounding, the ``+ c`` and the alpha/beta scalings). fpemu's own value ``v`` is a float32 BLAS
+GEMM of the same operands (within ``gamma_{K+3} m`` of ``s`` by the same argument), so the
+kernel's value before its final rounding lies within ``2 gamma_{K+3} m`` of ``v``; ``m`` itself
+is a float32 GEMM of the absolute values, a sum of non-negative terms, at least
+``(1 - gamma_K)`` times the true one, which the bound divides out. Only float32 BLAS calls: no
+float64 GEMM in the hot path. The kernel's result is then rounded once to the output dtype
+(measured on torch 2.13: bfloat16 ``addmm`` equals the correctly rounded ``c + a b`` on
+64x256x32 random inputs, while rounding ``a b`` to bfloat16 before adding ``c`` differs in 530
+of 2048 outputs).
 
 **emulate** (``call.model`` names an accumulation model): the value is :func:`fpemu.matmul`
 under that model, inputs in their own format, accumulation in float32, one rounding to the
@@ -61,24 +65,25 @@ def gemm(
     k = a.shape[-1]
     if call.model is not None:
         return exact(_emulated(call, a, b, c, alpha=alpha, beta=beta))
-    a64, b64 = a.astype(np.float64), b.astype(np.float64)
-    s = np.matmul(a64, b64)
-    mag = np.matmul(np.abs(a64), np.abs(b64))
+    wide = np.float64 if np.float64 in (a.dtype, b.dtype) else np.float32
+    u = U64 if wide is np.float64 else U32
+    a_, b_ = a.astype(wide, copy=False), b.astype(wide, copy=False)
+    s = np.matmul(a_, b_)
+    mag = np.matmul(np.abs(a_), np.abs(b_))
     if alpha != 1.0:
-        s *= alpha
-        mag *= abs(alpha)
+        s *= wide(alpha)
+        mag *= wide(abs(alpha))
     if c is not None:
-        c64 = np.asarray(c).astype(np.float64) * beta
-        s = s + c64
-        mag = mag + np.abs(c64)
-    wide = name in LOW or name == "float32"
-    err = mag * (_gamma(k + 3, U32) + _gamma(k + 1, U64)) if wide else mag * _gamma(k + 3, U64)
+        cw = np.asarray(c).astype(wide) * wide(beta)
+        s += cw
+        mag += np.abs(cw)
+    with np.errstate(over="ignore"):
+        err = mag.astype(np.float64) * (2 * _gamma(k + 3, u) / (1 - _gamma(k, u)))
     reason = (
-        f"{what} summation order: float32 accumulation of K={k} products within "
-        f"gamma_(K+3) sum|a b| (Higham 3.5), then one rounding to {name}"
+        f"{what} summation order: float32 accumulation of K={k} products, two orders within "
+        f"2 gamma_(K+3) sum|a b| (Higham 3.5), then one rounding to {name}"
     )
-    value = to(s, name) if name in LOW else s.astype(np.float32 if name == "float32" else s.dtype)
-    return bounded(value, err, reason, center=s)
+    return bounded(to(s, name), err, reason, center=s)
 
 
 def _emulated(
