@@ -198,8 +198,9 @@ def ftz_mul_add(a: F64, b: F64, c: F64, *, P: int, emin: int, k: int | None = No
     Inputs below ``2**emin`` (their format's) and C below 2**-126 become +0; each product and
     sum is rounded to FP32 and flushed keeping its sign; per group of ``P`` products their
     pairwise sum is added to the accumulator. A chain of instructions of ``k`` products
-    (default: one instruction over all of K) flushes C at each, so a -0 becomes +0 there. NumPy's float32 multiply and add round to
-    nearest even, with subnormals, as one IEEE operation each.
+    (default: one instruction over all of K) flushes C at each, so a -0 becomes +0 there.
+    NumPy's float32 multiply and add round to nearest even, with subnormals, as one IEEE
+    operation each.
     """
     np_ = xp(a, b, c)
     with np.errstate(invalid="ignore", over="ignore", under="ignore"):
