@@ -12,9 +12,11 @@ from __future__ import annotations
 import warnings
 from fractions import Fraction
 
+import ml_dtypes
 import numpy as np
 import pytest
 
+from fpemu.quant import dequantize, quantize
 from fpemu.quant.matmul import scaled_matmul
 from reference.arith import fma as ref_fma
 from reference.spec import FLOAT32
@@ -23,6 +25,9 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     torch = pytest.importorskip("torch")
     mmaemu = pytest.importorskip("mmaemu")
+    nvt = pytest.importorskip("torchao.prototype.mx_formats.nvfp4_tensor")
+    mx_tensor = pytest.importorskip("torchao.prototype.mx_formats.mx_tensor")
+    from torchao.prototype.mx_formats.kernels import unpack_uint4
 
 
 def _words(x: np.ndarray) -> np.ndarray:
@@ -117,3 +122,86 @@ def test_scope_split_k_is_not_modelled() -> None:
     assert plan.split.S == 3
     assert (_words(got) != auto.view(np.uint32)).mean() > 0.9  # 0.995 measured
     assert np.array_equal(_words(got), single.view(np.uint32))
+
+
+# -- NVFP4 torchao rule on zero, tiny and infinite tensors ----------------------------------------
+
+
+def _torchao_nvfp4(t: object) -> tuple[np.ndarray, np.ndarray, float]:
+    """torchao 0.18's eager NVFP4 (``per_tensor_amax_to_scale``, ``nvfp4_quantize``)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        pts = nvt.per_tensor_amax_to_scale(t.abs().max())  # type: ignore[attr-defined]
+        s, d = nvt.nvfp4_quantize(t.contiguous(), 16, pts)  # type: ignore[attr-defined]
+    shape = tuple(t.shape)  # type: ignore[attr-defined]
+    codes = unpack_uint4(d.view(torch.uint8)).numpy().reshape(shape)
+    return s.view(torch.uint8).numpy().reshape(shape[0], -1), codes, float(pts)
+
+
+TINY = np.float32(1e-40)  # a float32 subnormal: 1 / RN32(G / 2688) overflows to inf
+NVFP4_CORNERS = {
+    "zero": np.zeros((1, 16), np.float32),
+    "zero-two-rows": np.zeros((2, 32), np.float32),
+    "smallest-subnormal": np.full((1, 16), np.float32(2.0**-149)),  # G / 2688 -> +0
+    "tiny-with-zeros": np.array([[TINY] + [0.0] * 15, [-TINY] * 8 + [0.0] * 8], np.float32),
+    "tiny-signed": np.array([[TINY, -TINY, 0.0, -0.0] * 4], np.float32),
+    "inf": np.array([[np.inf] + [1.0] * 15, [2.0] * 16], np.float32),
+    "minus-inf-and-zero-block": np.array([[-np.inf, 0.0] * 8 + [0.5] * 16], np.float32),
+}
+
+
+@pytest.mark.parametrize("name", list(NVFP4_CORNERS))
+def test_nvfp4_torchao_rule_reproduces_torchao_on_degenerate_tensors(name: str) -> None:
+    """Scale codes, element codes and the tensor scale equal torchao's, bit for bit.
+
+    torchao's arithmetic goes through NaN here: amax 0 over a tensor scale 0 (0/0), inf/inf,
+    0 * inf; a NaN block scale is E4M3 code 0xFF and torchao's bit-level E2M1 conversion
+    turns each NaN element into a code (0xC for the NaN that follows a NaN scale, 0xB for
+    0 * inf) that depends on the NaN's bits. fpemu reproduces torchao (the rule's name)."""
+    x = NVFP4_CORNERS[name]
+    s, codes, pts = _torchao_nvfp4(torch.from_numpy(x))
+    q = quantize(x, "nvfp4", scale_rule="torchao")
+    assert np.array_equal(q.scale_codes, s), (q.scale_codes, s)
+    assert np.array_equal(q.element_codes, codes), (q.element_codes, codes)
+    assert np.float32(q.tensor_scale).view(np.uint32) == np.float32(pts).view(np.uint32)
+    # the element values are those of the codes (E2M1 has no NaN)
+    table = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6] * 2) * np.repeat([1.0, -1.0], 8)
+    assert np.array_equal(q.elements, table[q.element_codes], equal_nan=False)
+
+
+def test_nvfp4_torchao_zero_tensor_documented_words() -> None:
+    """The words named in docs/fp8-mx-nvfp4.md for an all-zero tensor."""
+    q = quantize(np.zeros((1, 16), np.float32), "nvfp4", scale_rule="torchao")
+    assert q.scale_codes.tolist() == [[0xFF]] and np.isnan(q.scales).all()
+    assert (q.element_codes == 0xC).all() and q.tensor_scale == 0.0
+    assert np.isnan(dequantize(q)).all()  # a NaN scale decodes its block to NaN
+
+
+# -- quantize takes ml_dtypes floats --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["nvfp4", "mxfp8_e4m3", "mxfp4"])
+def test_quantize_accepts_bfloat16(name: str) -> None:
+    """A bfloat16 array is quantized as its exact float32 values: the codes equal those of the
+    float32 array, and (NVFP4, MX) those of torchao given the torch bfloat16 tensor."""
+    rng = np.random.default_rng(9)
+    x16 = (rng.standard_normal((4, 64)) * 3).astype(ml_dtypes.bfloat16)
+    x32 = x16.astype(np.float32)
+    assert np.array_equal(x32.astype(ml_dtypes.bfloat16).view(np.uint16), x16.view(np.uint16))
+    rule = "torchao" if name == "nvfp4" else None
+    q16 = quantize(x16, name, scale_rule=rule)
+    q32 = quantize(x32, name, scale_rule=rule)
+    assert np.array_equal(q16.element_codes, q32.element_codes)
+    assert np.array_equal(q16.scale_codes, q32.scale_codes)
+    tb = torch.from_numpy(x16.view(np.int16)).view(torch.bfloat16)
+    if name == "nvfp4":
+        s, codes, _ = _torchao_nvfp4(tb)
+        assert np.array_equal(q16.scale_codes, s) and np.array_equal(q16.element_codes, codes)
+    elif name == "mxfp8_e4m3":
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            sc, d = mx_tensor.to_mx(tb, torch.float8_e4m3fn, 32)
+        assert np.array_equal(q16.scale_codes.reshape(-1), sc.view(torch.uint8).numpy().ravel())
+        assert np.array_equal(q16.element_codes, d.view(torch.uint8).numpy().reshape(4, 64))
+    with pytest.raises(TypeError, match="ml_dtypes floats"):
+        quantize(np.ones((1, 32), np.int32), name)
