@@ -7,13 +7,15 @@ each from +0, and adds the partials serially in K order in FP32 with round-to-ne
 :mod:`fpemu.tensorcore` (``model="h100"`` or ``"ada"``).
 
 Epilogue: tensor-wise or row-wise scales (dequantization factors, ``scale_inv``):
-``y = RN32(acc * RN32(sa * sb))`` (``torch._scaled_mm``; -0 becomes +0, one FFMA with +0,
-§6.4). Scales along K (blockwise FP8 1x128/128x128, MX): per K block ``k`` of the scales,
+``y = RN32(acc * RN32(sa * sb) + 0)`` (``torch._scaled_mm``: one FFMA with +0, §6.4; an
+exact zero gives +0, a nonzero product that underflows keeps its sign). Scales along K
+(blockwise FP8 1x128/128x128, MX): per K block ``k`` of the scales,
 ``P_k`` = the block's chain from +0, then ``y = fma32(RN32(P_k * sa_k), sb_k, y)`` (TE's
 blockwise GEMM reference order, §5.3; FP4/FP6 blocks: ``P_k`` is the exact block sum rounded
 once). NVFP4 operands follow TE's NVFP4 reference (§3.8): ``y = RN32(y + RN32(RN32(sa_k *
 sb_k) * P_k))`` per block, then ``RN32(alpha * y)`` with ``alpha = RN32(ta * tb)``. With
-power-of-two (E8M0) scales the two orders give the same result.
+power-of-two (E8M0) scales the two orders give the same result. A NaN result is the
+hardware's FP32 NaN, 0x7FFFFFFF once narrowed to float32.
 
 >>> import numpy as np
 >>> a = np.array([[256.0] + [2.0**-6] * 31]); b = np.ones((32, 1))
@@ -139,8 +141,13 @@ def scaled_matmul(
         acc = np_.zeros((M, N), np.float32)
         for k0 in range(0, K, chunk):  # serial FP32 sum of the per-chunk chains, from +0
             acc = (acc + _chain(A[:, k0 : k0 + chunk], B[k0 : k0 + chunk], f, model)).astype(F32)
-    scale = (sa.astype(F32) * sb.astype(F32)).astype(F32) * alpha
-    return ((acc * scale.astype(F32)).astype(F32) + F32(0.0)).astype(np.float64)
+    scale = ((sa.astype(F32) * sb.astype(F32)).astype(F32) * alpha).astype(F32)
+    # One FFMA(acc, scale, +0): the float64 product of two float32 values is exact, adding +0
+    # turns only an exact -0 into +0, and the one rounding to float32 keeps the sign of a
+    # nonzero product that underflows (mmaemu's epilogue, measured on hardware).
+    with np.errstate(invalid="ignore", over="ignore"):
+        y = (acc.astype(np.float64) * scale.astype(np.float64) + 0.0).astype(F32)
+    return _hardware_nan(y)
 
 
 def _blockwise(
@@ -163,7 +170,20 @@ def _blockwise(
             y = fma32((p * sa[:, k : k + 1]).astype(F32), sb[k : k + 1, :], y)
     if alpha != 1:
         y = (alpha * y).astype(F32)
-    return (y + F32(0.0)).astype(np.float64)
+    return _hardware_nan(y)  # no "+ 0.0": the fma's -0 of an underflowing product stays
+
+
+def _hardware_nan(y: Any) -> Any:
+    """float32 ``y`` as float64, each NaN the one whose float32 word is 0x7FFFFFFF.
+
+    The GEMM writes that NaN (mmaemu, fpemu.tensorcore.specials); float64 0x7FFFFFFFE0000000
+    narrows to it, where NumPy's own NaN would narrow to 0x7FC00000.
+    """
+    np_ = xp(y)
+    nan = np_.isnan(y)
+    if bool(nan.any()):
+        y = np_.where(nan, np_.asarray(0x7FFFFFFF, np_.uint32).view(F32), y)
+    return y.astype(np.float64)
 
 
 def _scale(s: Any, arg: str, n: int, along: int) -> Any:

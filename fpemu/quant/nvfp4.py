@@ -7,7 +7,10 @@ Two operation orders, each bit for bit in float32 (fp8-mx.md §3.2, §3.3):
   (E4M3 subnormals and 0 allowed), element multiplier ``min(RN32(1/RN32(s_b * S_dec)),
   FLT_MAX)``.
 - ``"torchao"``: ``pts = RN32(G/2688)``, block scale ``E4M3(clamp(RN32(RN32(amax_b/6)/pts),
-  2**-6, 448))``, multiplier ``RN32(RN32(1/pts)/s_b)``.
+  2**-6, 448))``, multiplier ``RN32(RN32(1/pts)/s_b)``. A zero, tiny (``G/2688`` rounds to 0,
+  or ``1/pts`` overflows) or infinite tensor sends that arithmetic through NaN (0/0, inf/inf,
+  0 * inf); torchao's answer is reproduced: a NaN block scale (code 0xFF) and the codes its
+  E2M1 conversion gives NaN elements (:func:`torchao_nan_codes`).
 
 Stochastic rounding follows TE's software fallback (fp8-mx.md §3.6): 8 random bits ``r`` per
 element, ``t = RN32(|y| + (r/256) * step)``, then truncation to the E2M1 grid of ``t``'s binade.
@@ -73,10 +76,38 @@ def two_level_scales(block_amax: Any, tensor_amax: Any, order: str) -> tuple[Any
             return s_b, inv.astype(np.float32), F32(s_dec)
         if order == "torchao":
             pts = F32(g / _GLOBAL)
-            s_b = _e4m3(np_.clip((b / F32(6.0)) / pts, E4M3_EPS, F32(448.0)))
+            q = np_.clip((b / F32(6.0)) / pts, E4M3_EPS, F32(448.0))  # NaN passes, as torch's
+            s_b = _e4m3(q)
+            nan = np_.isnan(q)  # 0/0 (G = 0, or G/2688 -> 0) or inf/inf (G = inf)
+            if bool(nan.any()):
+                # torch's float8_e4m3fn NaN keeps the sign (0x7F | sign) and widens back to
+                # float32 as sign | 0x7FF00000 (all exponent and mantissa bits set): torchao
+                # divides by that NaN, whose bits decide its element codes (torchao_nan_codes)
+                word = np_.where(np_.signbit(q), np.uint32(0xFFF00000), np.uint32(0x7FF00000))
+                s_b = np_.where(nan, word.view(np.float32), s_b)
             inv = (F32(1.0) / pts) / s_b
             return s_b, inv.astype(np.float32), pts
     raise ValueError(f"scale_rule={order!r} is not an NVFP4 order; accepted: te, torchao")
+
+
+def torchao_nan_codes(y: Any) -> Any:
+    """The E2M1 codes torchao's ``f32_to_f4_unpacked`` gives NaN float32 values ``y``.
+
+    torchao's bit-level conversion has no NaN case: a NaN takes its normal-range branch (the
+    exponent rebiased by 1 - 127, a round-half-even bias added, the bits above the kept
+    mantissa bit shifted down and wrapped to a byte) and its sign bit becomes bit 3. So the
+    code depends on the NaN's bits: 0x7FC00000 gives 0x3, 0xFFC00000 (x86's default NaN, as
+    from 0 * inf) 0xB, 0xFFF00000 (an E4M3 NaN scale widened) 0xC.
+
+    >>> w = np.array([0x7FC00000, 0xFFC00000, 0xFFF00000, 0x7FFFFFFF], np.uint32)
+    >>> torchao_nan_codes(w.view(np.float32)).tolist()
+    [3, 11, 12, 4]
+    """
+    np_ = xp(y)
+    bits = np_.asarray(y, dtype=np.float32).view(np.uint32).astype(np.int64)
+    mag = bits & 0x7FFFFFFF
+    x = mag + ((1 - 127) << 23) + ((1 << 21) - 1) + ((mag >> 22) & 1)
+    return (((x >> 22) & 0xFF) | ((bits >> 31) << 3)).astype(np.uint8)
 
 
 def round_e2m1(y: Any, mode: str, rbits: Any = None) -> Any:

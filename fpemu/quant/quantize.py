@@ -22,8 +22,9 @@ import numpy as np
 from fpemu.backend import xp
 from fpemu.bits import canonical_nan, decode, encode
 from fpemu.formats import Format
+from fpemu.inputs import _ml_float
 from fpemu.quant.block import BlockFormat, BlockFormatLike, get_block_format
-from fpemu.quant.nvfp4 import round_e2m1, two_level_scales
+from fpemu.quant.nvfp4 import round_e2m1, torchao_nan_codes, two_level_scales
 from fpemu.quant.scales import E8M0_BIAS, E8M0_NAN, e8m0_codes
 from fpemu.rounding import get_mode
 from fpemu.rounding import round as fround
@@ -70,8 +71,9 @@ def quantize(
     """Quantize ``x`` to ``block_format``: one scale per ``block_size`` elements along ``axis``.
 
     Args:
-        x: float array (float16/32/64). NVFP4 and the ``rceil`` amax work in float32, as
-            their kernels do (wider input is first rounded to float32).
+        x: float array (float16/32/64, or an ml_dtypes float such as bfloat16, converted
+            exactly to float32). NVFP4 and the ``rceil`` amax work in float32, as their
+            kernels do (wider input is first rounded to float32).
         block_format: a name (``"mxfp8_e4m3"``, ``"mxfp4"``, ``"nvfp4"``, ...) or BlockFormat.
         axis: block axis (default: the format's, -1 for every preset).
         scale_rule: MX: ``"floor"``, ``"ceil"``, ``"even"``, ``"rceil"``; NVFP4: ``"te"``,
@@ -96,8 +98,11 @@ def quantize(
         )
     np_ = xp(x)
     a = np_.asarray(x)
+    if _ml_float(a.dtype):  # bfloat16, float8, ...: every value is a float32, exactly
+        a = a.astype(np_.float32)
     if a.dtype.kind != "f" or a.dtype.itemsize not in (2, 4, 8):
-        raise TypeError(f"x must be a float16/32/64 array, got dtype {a.dtype}")
+        raise TypeError(f"x must be a float16/32/64 array, got dtype {a.dtype}; accepted: "
+                        f"float16/32/64 and ml_dtypes floats (bfloat16, float8, ...)")  # fmt: skip
     ax = bf.axis if axis is None else axis
     if isinstance(ax, bool) or not isinstance(ax, int) or not -a.ndim <= ax < max(a.ndim, 1):
         raise ValueError(f"axis={ax!r} is out of range for an array of {a.ndim} dimensions")
@@ -241,6 +246,10 @@ def _quantize_nvfp4(blocks: Any, bf: BlockFormat, rule: str, mode: str, rng: Any
     s_b, inv, tensor = two_level_scales(amax, g, rule)
     with np.errstate(over="ignore", invalid="ignore"):
         y = b32 * inv[..., None]  # one float32 rounding, as the kernel's mul.f32
+    nan_y = np_.isnan(y)  # only under torchao's rule: a zero, tiny or infinite tensor
+    y_nan = y
+    if bool(nan_y.any()):
+        y = np_.where(nan_y, np.float32(0.0), y)
     m = get_mode(mode).value
     if m not in ("rne", "stochastic"):
         raise ValueError(f"mode={mode!r}: NVFP4 rounds with 'rne' or 'stochastic'")
@@ -252,6 +261,12 @@ def _quantize_nvfp4(blocks: Any, bf: BlockFormat, rule: str, mode: str, rng: Any
     elems = round_e2m1(y, m, rbits)
     ecodes = _small_codes(elems, bf.element)
     scodes = encode(s_b.astype(np_.float64), bf.scale).astype(np_.uint8)
+    if y is not y_nan:  # torchao's codes for NaN elements, and its signed NaN scale byte
+        ecodes = np_.where(nan_y, torchao_nan_codes(y_nan), ecodes)
+        elems = np_.where(nan_y, decode(ecodes, bf.element, dtype=np.float32), elems)
+        nan_s = np_.isnan(s_b)
+        scodes = np_.where(nan_s, np_.where(np_.signbit(s_b), 0xFF, 0x7F), scodes)
+        scodes = scodes.astype(np_.uint8)
     return elems.astype(np_.float64), ecodes, s_b.astype(np_.float64), scodes, float(tensor)
 
 

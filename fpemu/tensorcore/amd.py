@@ -58,6 +58,25 @@ def _two_sum(x: F64, y: F64) -> tuple[F64, F64]:
     return s, (x - (s - bb)) + (y - bb)
 
 
+def nan_operand(x: F64, y: F64, z: F64, d: F64) -> F64:
+    """``d`` (results of ``fma(x, y, z)``) with the IEEE 754 NaN of a NaN operand.
+
+    Where an operand is NaN the fma returns one of the NaN operands, quieted (IEEE 754 6.2.3),
+    even when ``x * y`` is the invalid ``inf * 0``; x86's ``vfmadd`` (MMA-Sim's ``std::fma``)
+    takes the first of ``x, y, z``. The float64 quiet bit is bit 51; an FP32 NaN held in a
+    float64 keeps its payload in the top 23 fraction bits, so the quieting carries over. An
+    invalid operation without NaN operands keeps the host's default NaN (x86: 0xFFF8...).
+    """
+    np_ = xp(d)
+    nan = np_.isnan(d)
+    if not bool(nan.any()):
+        return d
+    first = np_.where(np_.isnan(x), x, np_.where(np_.isnan(y), y, z))
+    quiet = (first.view(np.int64) | np.int64(1 << 51)).view(np.float64)
+    out: F64 = np_.where(nan & np_.isnan(first), quiet, d)
+    return out
+
+
 def fma_chain(a: F64, b: F64, c: F64, *, double: bool = False) -> F64:
     """``c = fma(a_k, b_k, c)`` for k = 0 .. K-1 (FP32, or FP64 with ``double``).
 
@@ -75,11 +94,12 @@ def fma_chain(a: F64, b: F64, c: F64, *, double: bool = False) -> F64:
     d = np_.array(c, dtype=np_.float64)
     for k in range(a.shape[-1]):
         if double:
-            d = _fma64_vec(a[:, k], b[:, k], d)
+            d = nan_operand(a[:, k], b[:, k], d, _fma64_vec(a[:, k], b[:, k], d))
             continue
         with np.errstate(invalid="ignore", over="ignore"):
             p = a[:, k] * b[:, k]
             s, err = _two_sum(p, d)
+            s = nan_operand(a[:, k], b[:, k], d, s)
             d = _f32(_round_to_odd(s, np_.where(np_.isfinite(err), err, 0.0)))
     out: F64 = d
     return out
@@ -172,13 +192,15 @@ def _ftz(x: Any, emin: int, *, keep_sign: bool) -> Any:
     return np_.where(np_.abs(x) < x.dtype.type(2.0**emin), zero, x)
 
 
-def ftz_mul_add(a: F64, b: F64, c: F64, *, P: int, emin: int) -> F64:
+def ftz_mul_add(a: F64, b: F64, c: F64, *, P: int, emin: int, k: int | None = None) -> F64:
     """CDNA2: FP32 products and sums, flushing subnormals (mma-parity.md 3.3).
 
     Inputs below ``2**emin`` (their format's) and C below 2**-126 become +0; each product and
     sum is rounded to FP32 and flushed keeping its sign; per group of ``P`` products their
-    pairwise sum is added to the accumulator. NumPy's float32 multiply and add round to
-    nearest even, with subnormals, as one IEEE operation each.
+    pairwise sum is added to the accumulator. A chain of instructions of ``k`` products
+    (default: one instruction over all of K) flushes C at each, so a -0 becomes +0 there.
+    NumPy's float32 multiply and add round to nearest even, with subnormals, as one IEEE
+    operation each.
     """
     np_ = xp(a, b, c)
     with np.errstate(invalid="ignore", over="ignore", under="ignore"):
@@ -190,10 +212,13 @@ def ftz_mul_add(a: F64, b: F64, c: F64, *, P: int, emin: int) -> F64:
         def add(x: Any, y: Any) -> Any:
             return _ftz(x + y, -126, keep_sign=True)
 
-        for k in range(0, a.shape[-1], P):
-            s = add(p[:, k], p[:, k + 1])
+        step = a.shape[-1] if k is None else k
+        for j in range(0, a.shape[-1], P):
+            if j and j % step == 0:  # the next instruction flushes its C (-0 included)
+                d = _ftz(d, -126, keep_sign=False)
+            s = add(p[:, j], p[:, j + 1])
             if P == 4:
-                s = add(s, add(p[:, k + 2], p[:, k + 3]))
+                s = add(s, add(p[:, j + 2], p[:, j + 3]))
             d = add(d, s)
     out: F64 = d.astype(np.float64)
     return out

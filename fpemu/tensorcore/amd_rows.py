@@ -267,13 +267,19 @@ def fma32_chain_rows(a: F64, b: F64, c: F64) -> F64:
                 err = (pi - (si - bb)) + (di - bb)  # exact: s + err == p + d
                 nudge = np_.nextafter(si, np_.copysign(np_.inf, err))
                 s[i] = np_.where(err != 0, nudge, si)
+            if bool((s != s).any()):  # a NaN operand is the result, quieted (IEEE 754 fma)
+                s = amd.nan_operand(a[:, k], b[:, k], d, s)
             d = s.astype(np.float32).astype(np.float64)
     res: F64 = d
     return res
 
 
-def ftz_mul_add_rows(a: F64, b: F64, c: F64, *, P: int, fa: Format, fb: Format) -> F64:
+def ftz_mul_add_rows(a: F64, b: F64, c: F64, *, P: int, fa: Format, fb: Format,
+                     k: int | None = None) -> F64:  # fmt: skip
     """:func:`amd.ftz_mul_add` (CDNA2) with the flushes that cannot act left out.
+
+    ``k``: products per instruction (default: all of K, one instruction); each instruction
+    flushes its C to +0 (a -0 from the previous one included).
 
     Every product of two flushed inputs and every sum of two such products is a multiple of
     ``g = 2**(fa.emin - fa.mbits + fb.emin - fb.mbits)``; where ``g >= 2**-126`` (fp16 inputs)
@@ -288,7 +294,7 @@ def ftz_mul_add_rows(a: F64, b: F64, c: F64, *, P: int, fa: Format, fb: Format) 
         tiles: F64 = np_.empty(B)
         for r0 in range(0, B, R):
             t = slice(r0, r0 + R)
-            tiles[t] = ftz_mul_add_rows(a[t], b[t], c[t], P=P, fa=fa, fb=fb)
+            tiles[t] = ftz_mul_add_rows(a[t], b[t], c[t], P=P, fa=fa, fb=fb, k=k)
         return tiles
     exact_sums = fa.emin - fa.mbits + fb.emin - fb.mbits >= -126
     with np.errstate(invalid="ignore", over="ignore", under="ignore"):
@@ -310,7 +316,10 @@ def ftz_mul_add_rows(a: F64, b: F64, c: F64, *, P: int, fa: Format, fb: Format) 
             if not exact_sums:
                 s = amd._ftz(s, -126, keep_sign=True)
         s = np_.ascontiguousarray(s.T)
+        per = max(1, (K if k is None else k) // P)  # groups per instruction
         for g in range(s.shape[0]):
+            if g and g % per == 0:  # a new instruction flushes its C: -0 becomes +0
+                d = amd._ftz(d, -126, keep_sign=False)
             d = amd._ftz(d + s[g], -126, keep_sign=True)
     out: F64 = d.astype(np.float64)
     return out

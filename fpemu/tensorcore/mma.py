@@ -4,7 +4,9 @@ Both take values exact in the operand formats (float64 arrays), the instruction 
 object (:mod:`fpemu.tensorcore.instructions`), and keyword-only options: ``a_fmt`` / ``b_fmt``
 (mixed A/B formats where the instruction accepts them), ``c_fmt`` (Volta's FP16 C with FP32
 D), ``scale_a`` / ``scale_b`` (block scales, as values) and ``k`` (the instruction shape: a
-long K is a chain of k-instructions, each result the next C). Results are float64 values
+long K is a chain of k-instructions, each result the next C; a K that is not a multiple of k
+is zero-padded to one, as a kernel pads A and B, except for block-scaled instructions, which
+refuse it). Results are float64 values
 exact in the instruction's D format; NaN is ``nan`` (:func:`fpemu.tensorcore.specials.encode`
 gives the bits the hardware writes).
 
@@ -74,6 +76,24 @@ def _shape_k(ins: Instruction, k: int | None) -> int:
     return int(k)
 
 
+def _pad_k(ins: Instruction, kk: int, a: F64, b: F64, axis: int) -> tuple[F64, F64]:
+    """A and B zero-padded along K (``axis`` of ``b``) to a whole number of k-instructions.
+
+    A kernel pads A and B with zeros to a multiple of the instruction's k (the hardware has
+    no shorter instruction), so the padded products (+0) take part: they change at most the
+    sign of a zero result (-0 + +0 = +0). Block-scaled instructions are not padded: their
+    scales cover whole blocks and a short K is refused (:func:`_scales`).
+    """
+    K = a.shape[1]
+    if not K % kk or ins.scale_block:
+        return a, b
+    np_ = xp(a, b)
+    pad = kk - K % kk
+    a = np_.concatenate([a, np_.zeros((a.shape[0], pad))], axis=1)
+    zb = np_.zeros((b.shape[0], pad) if axis == 1 else (pad, b.shape[1]))
+    return a, np_.concatenate([b, zb], axis=axis)
+
+
 def _scales(ins: Instruction, sa: Any, sb: Any, K: int) -> Format | None:
     if not ins.scale_block:
         if sa is not None or sb is not None:
@@ -109,7 +129,8 @@ def dpa(
         instruction: an instruction model name or :class:`Instruction`.
         scale_a, scale_b: (B, K / scale_block) block scales (block-scaled instructions).
         scale_fmt: the scale format (default the instruction's first).
-        k: the instruction shape (default the first of ``instruction.shapes``).
+        k: the instruction shape (default the first of ``instruction.shapes``); a K that is
+            not a multiple of it is zero-padded (block-scaled instructions: refused).
 
     Returns:
         (B,) float64 values exact in the D format.
@@ -134,6 +155,8 @@ def dpa(
         raise ValueError(f"c must have shape ({B},); got {c.shape}")
     kk = _shape_k(ins, k)
     L = ins.fused(kk)
+    a, b = _pad_k(ins, kk, a, b, axis=1)
+    K = a.shape[1]
     if B == 0:  # no dot products: nothing to check or compute
         _scales(ins, scale_a, scale_b, K)
         empty: F64 = np_.empty(0)
@@ -152,7 +175,7 @@ def dpa(
     if ins.algorithm == "ftz-mul-add":
         if K % ins.group:
             raise ValueError(f"K={K} must be a multiple of {ins.group} for {ins.name}")
-        return ftz_mul_add_rows(a, b, c, P=ins.group, fa=fa, fb=fb)
+        return ftz_mul_add_rows(a, b, c, P=ins.group, fa=fa, fb=fb, k=kk)
     return tr_fdpa_rows(a, b, c, L=L, fa=fa, fb=fb, split=ins.algorithm == "gtr-fdpa")
 
 
@@ -218,6 +241,7 @@ def mma(
     b = np_.asarray(b, dtype=np_.float64)
     if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
         raise ValueError(f"a (M, K) and b (K, N) do not match: {a.shape}, {b.shape}")
+    a, b = _pad_k(ins, _shape_k(ins, k), a, b, axis=0)
     (M, K), N = a.shape, b.shape[1]
     c = np_.zeros((M, N)) if c is None else np_.broadcast_to(np_.asarray(c, np_.float64), (M, N))
     if M == 0 or N == 0:  # an empty product
