@@ -319,8 +319,14 @@ def model_function(instruction: str | Instruction) -> Callable[..., F64]:
         b3 = np_.broadcast_to(b, (*batch, *b.shape[-2:])).reshape(-1, *b.shape[-2:])
         c3 = None if c is None else np_.broadcast_to(
             np_.asarray(c, np_.float64), (*batch, M, N)).reshape(-1, M, N)  # fmt: skip
-        d = np_.stack([mma(a3[i], b3[i], None if c3 is None else c3[i], instruction=ins,
-                           a_fmt=fmt, **options) for i in range(a3.shape[0])])  # fmt: skip
+        if M == N == 1 and options.get("scale_a") is None and options.get("scale_b") is None:
+            # a batch of dot products: one dpa call on rows, as mma computes a 1 x 1 output
+            c1 = None if c3 is None else c3.reshape(-1)
+            d = dpa(a3[:, 0, :], b3[:, :, 0], c1, instruction=ins, a_fmt=fmt, **options)
+            d = d.reshape(-1, 1, 1)
+        else:
+            d = np_.stack([mma(a3[i], b3[i], None if c3 is None else c3[i], instruction=ins,
+                               a_fmt=fmt, **options) for i in range(a3.shape[0])])  # fmt: skip
         out_f = get_format(out, arg="out")
         if out_f.name != ins.d:
             d = np_.asarray(fround(d, out_f), dtype=np_.float64)
