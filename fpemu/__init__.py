@@ -29,6 +29,7 @@ from fpemu.linalg.error_analysis import compare_models, exact_matmul
 from fpemu.nn import MLP, Linear
 from fpemu.nn.optim import SGD, Adam, clip_grad_norm
 from fpemu.nn.tensor import Tensor
+from fpemu.parallel import num_threads, threads
 from fpemu.quant import (
     BLOCK_FORMATS,
     BlockFormat,
@@ -102,6 +103,7 @@ __all__ = [
     "mul",
     "next_down",
     "next_up",
+    "num_threads",
     "preset_names",
     "quantize",
     "register_model",
@@ -112,6 +114,7 @@ __all__ = [
     "sub",
     "tensor_core_matmul",
     "tensorcore",
+    "threads",
     "to_storage",
     "train",
     "ulp",

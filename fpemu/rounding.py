@@ -33,20 +33,18 @@ from __future__ import annotations
 import builtins
 import functools
 import math
-import os
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
 import numpy as np
 
+from fpemu import parallel
 from fpemu.backend import scratch, xp
 from fpemu.formats import OVERFLOWS, Format, FormatLike, Overflow, get_format
 from fpemu.inputs import as_array, as_float_array, result_dtype
 
 BLOCK = 32768  # float64 elements per block (256 KiB): measured best (call overhead vs. cache)
-THREADS = min(os.cpu_count() or 1, 8)  # NumPy releases the GIL inside ufuncs
 
 
 class RoundMode(str, Enum):
@@ -180,28 +178,24 @@ def round(  # noqa: A001 - the natural name; numpy has np.round too
                 if res is not into:
                     dst[i:j] = res
 
-    chunks = _chunks(src.size) if rng is None and np_ is np else [(0, src.size)]
-    if len(chunks) == 1:
-        work(*chunks[0])
+    # Threads (fpemu.parallel) take block-aligned ranges: each element is rounded alone, so the
+    # split changes no bit. Stochastic rounding stays on one thread: its draws are in C order.
+    if rng is None and np_ is np:
+        parts = parallel.tiles(src.size, cost=_COST, align=BLOCK)
     else:
-        list(_pool().map(lambda c: work(*c), chunks))
+        parts = [slice(0, src.size)]
+    if len(parts) == 1:
+        work(0, src.size)
+    else:
+        parallel.run(lambda t: work(t.start, t.stop), parts)
     if out.dtype != want:
         out = out.astype(want)  # float16 data: exact, every value of f is a float16
     return out[()] if out.ndim == 0 else out
 
 
-def _chunks(n: int) -> list[tuple[int, int]]:
-    """Split [0, n) into one block-aligned range per thread (one range for small arrays)."""
-    per = -(-n // THREADS)
-    per = -(-per // BLOCK) * BLOCK
-    if THREADS == 1 or n < 32 * BLOCK:  # measured: below ~1M elements one thread is faster
-        return [(0, n)]
-    return [(lo, min(lo + per, n)) for lo in builtins.range(0, n, per)]
-
-
-@functools.lru_cache(maxsize=1)
-def _pool() -> ThreadPoolExecutor:
-    return ThreadPoolExecutor(max_workers=THREADS, thread_name_prefix="fpemu-round")
+#: Work units per element for :func:`fpemu.parallel.tiles` (measured: below about a million
+#: elements one thread is faster).
+_COST = 2.0
 
 
 def _round_block(

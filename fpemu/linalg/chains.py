@@ -37,6 +37,7 @@ from fpemu.linalg.step import (
     _same_format,
     _step_options,
 )
+from fpemu.linalg.tiles import tileable
 
 #: Default chunk length of the ``"blocked"`` model.
 DEFAULT_BLOCK = 32
@@ -373,6 +374,9 @@ _NATIVE: dict[Model, Model] = {
     blocked: _blocked,
     fast: _fast,
 }
+# Independent outputs: matmul may split them over threads (not "fast": BLAS has its own).
+for _fn in (sequential, pairwise, blocked, _sequential, _pairwise, _blocked):
+    tileable(_fn)
 
 register_model(
     "sequential",

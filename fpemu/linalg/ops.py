@@ -64,6 +64,7 @@ from fpemu.inputs import as_array, as_float_array
 from fpemu.linalg.chains import _NATIVE
 from fpemu.linalg.registry import Model, get_model
 from fpemu.linalg.step import _F16, _F32, _fits_float32, _same_format
+from fpemu.linalg.tiles import run_model
 from fpemu.rounding import round as fround
 
 
@@ -150,11 +151,12 @@ def matmul(
                 f"matmul: c with shape {tuple(np_.shape(c))} does not broadcast to the result"
             ) from None
     dt = np_.float32 if _fits_float32(fo) else np_.float64
+    # run_model computes independent output tiles on threads (fpemu.parallel): same bits
     if impl is not None:  # its result is a new array holding values of fo
-        res = np_.asarray(impl(A, B, C, fmt=f, acc=fa, out=fo, **options), dtype=dt)
+        res = np_.asarray(run_model(impl, A, B, C, fmt=f, acc=fa, out=fo, **options), dtype=dt)
     else:
-        res = np_.asarray(fn(A, B, C, fmt=f, acc=fa, out=fo, **options), dtype=np_.float64)
-        res = res.astype(dt)
+        res = run_model(fn, A, B, C, fmt=f, acc=fa, out=fo, **options)
+        res = np_.asarray(res, dtype=np_.float64).astype(dt)
     if vec_b:
         res = res[..., 0]
     if vec_a:

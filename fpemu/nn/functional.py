@@ -36,6 +36,7 @@ from fpemu.amp.policy import Policy, current_policy, get_policy
 from fpemu.backend import to_numpy, xp
 from fpemu.formats import Format
 from fpemu.linalg.chains import _NATIVE as _NATIVE_MODELS
+from fpemu.linalg.tiles import run_model
 from fpemu.nn.tensor import Array, Tensor, bind_operators, cast, round_to, work_dtype
 
 Arr = Array  # a NumPy or CuPy array
@@ -82,11 +83,13 @@ def _mm(a: Arr, b: Arr, comp: Format, pol: Policy, c: Arr | None = None) -> Arr:
     impl = _NATIVE.get(f) if _wd(comp) is np.float32 else None
     if impl is not None:  # float32 operands: exact, comp values fit float32
         cc = None if c is None else m.broadcast_to(round_to(c, acc), shape)
-        y = impl(m.asarray(a, np.float32), m.asarray(b, np.float32), cc, fmt=comp, acc=acc,
-                 out=acc)  # fmt: skip
+        y = run_model(impl, m.asarray(a, np.float32), m.asarray(b, np.float32), cc, fmt=comp,
+                      acc=acc, out=acc)  # fmt: skip
     else:
         cc = None if c is None else m.broadcast_to(m.asarray(round_to(c, acc), np.float64), shape)
-        y = f(m.asarray(a, np.float64), m.asarray(b, np.float64), cc, fmt=comp, acc=acc, out=acc)
+        y = run_model(
+            f, m.asarray(a, np.float64), m.asarray(b, np.float64), cc, fmt=comp, acc=acc, out=acc
+        )
     return m.asarray(y, _wd(acc))  # exact: y holds acc values
 
 

@@ -55,7 +55,7 @@ _F32 = np.finfo(np.float32)
 _FLOAT32 = get_format("float32")
 _FLOAT64 = get_format("float64")
 _BFLOAT16 = get_format("bfloat16")
-#: above this size rounding.round splits the work over threads (rounding._chunks)
+#: above this size rounding.round splits the work over threads (fpemu.parallel.tiles)
 _BF16_KERNEL_MAX = 32 * rounding.BLOCK
 
 

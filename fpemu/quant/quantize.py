@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from fpemu import parallel
 from fpemu.backend import xp
 from fpemu.bits import canonical_nan, decode, encode
 from fpemu.formats import Format
@@ -118,7 +119,7 @@ def quantize(
     if bf.two_level:
         out = _quantize_nvfp4(blocks, bf, rule, mode, rng)
     else:
-        out = _quantize_mx(blocks, bf, rule, mode, rng)
+        out = _quantize_mx_tiles(blocks, bf, rule, mode, rng)
     elems, ecodes, scales, scodes, tensor = out
     shape = xm.shape
 
@@ -208,6 +209,29 @@ def _quantize_mx(blocks: Any, bf: BlockFormat, rule: str, mode: str, rng: Any) -
         ecodes = _small_codes(elems.astype(np_.float32, copy=False), el)
     scales = np_.where(nan_scale, np_.nan, np_.ldexp(1.0, -shift))
     return elems.astype(np_.float64), ecodes, scales, codes, None
+
+
+def _quantize_mx_tiles(blocks: Any, bf: BlockFormat, rule: str, mode: str, rng: Any) -> Any:
+    """:func:`_quantize_mx` on tiles of whole blocks (2-D tiles: of whole tiles) on threads.
+
+    MX blocks are scaled and rounded independently, so the split changes no bit; NVFP4's
+    tensor scale is global (not split here), stochastic draws are made in order (one tile).
+    """
+    np_ = xp(blocks)
+    # axis 0 of blocks (..., nb, bs), or the block-count axis: never inside a block or a tile
+    axes = {blocks.ndim - 2: blocks.shape[-2]}
+    if blocks.ndim >= 3:
+        axes[0] = blocks.shape[0]
+    axis = max(axes, key=lambda k: (axes[k], -k))
+    align = bf.tile_rows if axis == blocks.ndim - 3 else 1  # axis 0 is the row axis
+    parts = [slice(0, axes[axis])]
+    if rng is None and np_ is np:
+        parts = parallel.tiles(axes[axis], cost=12.0 * blocks.size / axes[axis], align=align)
+    if len(parts) == 1:
+        return _quantize_mx(blocks, bf, rule, mode, rng)
+    index = (slice(None),) * axis
+    outs = parallel.run(lambda t: _quantize_mx(blocks[(*index, t)], bf, rule, mode, rng), parts)
+    return (*(np_.concatenate([o[i] for o in outs], axis=axis) for i in range(4)), None)
 
 
 def _small_codes(v: Any, el: Format) -> Any:

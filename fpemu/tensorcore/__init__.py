@@ -31,6 +31,7 @@ from collections.abc import Callable
 from typing import Any
 
 from fpemu.linalg import register_model
+from fpemu.linalg.tiles import tileable
 from fpemu.tensorcore.arch import (
     ARCH_ALIASES,
     ARCHS,
@@ -85,6 +86,8 @@ def register_all(register: Callable[..., Any]) -> None:
         register(name, make_model(arch), aliases=aliases, description=arch.description)
 
 
-register_all(lambda name, fn, **kw: register_model(name, fn, replace=True, **kw))
+# Marked tileable: each output element depends on its own row, column and C element only, so
+# fpemu.linalg.matmul may compute output tiles on threads (fpemu.linalg.tiles).
+register_all(lambda name, fn, **kw: register_model(name, tileable(fn), replace=True, **kw))
 # Every matrix-instruction model (fpemu.tensorcore.instructions), e.g. model="sm90.wgmma.fp8.f16".
-register_instructions(lambda name, fn, **kw: register_model(name, fn, replace=True, **kw))
+register_instructions(lambda name, fn, **kw: register_model(name, tileable(fn), replace=True, **kw))

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from fpemu import parallel
 from fpemu.backend import xp
 from fpemu.formats import Format, FormatLike, get_format
 from fpemu.rounding import round as fround
@@ -161,6 +162,16 @@ def dpa(
         _scales(ins, scale_a, scale_b, K)
         empty: F64 = np_.empty(0)
         return empty
+    parts = _row_tiles(np_, B, K, scale_a, scale_b)
+    if len(parts) > 1:  # independent dot products: row tiles on threads, the same bits
+
+        def one(s: slice) -> F64:
+            sa, sb = (None if x is None else np_.asarray(x)[s] for x in (scale_a, scale_b))
+            return dpa(a[s], b[s], c[s], instruction=ins, a_fmt=fa, b_fmt=fb, c_fmt=fc,
+                       scale_a=sa, scale_b=sb, scale_fmt=scale_fmt, k=kk)  # fmt: skip
+
+        tiled: F64 = np_.concatenate(parallel.run(one, parts))
+        return tiled
     if ins.algorithm in ("t-fdpa", "st-fdpa", "gst-fdpa"):
         return _nvidia(ins, a, b, c, fa, fb, fc, L, K, scale_a, scale_b, scale_fmt)
     for x, f, arg in ((a, fa, "a"), (b, fb, "b"), (c, fc, "c")):
@@ -177,6 +188,19 @@ def dpa(
             raise ValueError(f"K={K} must be a multiple of {ins.group} for {ins.name}")
         return ftz_mul_add_rows(a, b, c, P=ins.group, fa=fa, fb=fb, k=kk)
     return tr_fdpa_rows(a, b, c, L=L, fa=fa, fb=fb, split=ins.algorithm == "gtr-fdpa")
+
+
+#: Work units per product of an instruction model (tens of NumPy passes per product).
+_DPA_COST = 16.0
+
+
+def _row_tiles(np_: Any, B: int, K: int, sa: Any, sb: Any) -> list[slice]:
+    """Row tiles of a :func:`dpa` call for :mod:`fpemu.parallel` (one unless it is large).
+
+    Block scales are sliced with the rows, so they must come as (B, ...) arrays here."""
+    if np_ is not np or any(x is not None and np.shape(x)[:1] != (B,) for x in (sa, sb)):
+        return [slice(0, B)]
+    return parallel.tiles(B, cost=_DPA_COST * max(K, 1))
 
 
 def _nvidia(ins: Instruction, a: F64, b: F64, c: F64, fa: Format, fb: Format, fc: Format,
@@ -319,8 +343,14 @@ def model_function(instruction: str | Instruction) -> Callable[..., F64]:
         b3 = np_.broadcast_to(b, (*batch, *b.shape[-2:])).reshape(-1, *b.shape[-2:])
         c3 = None if c is None else np_.broadcast_to(
             np_.asarray(c, np_.float64), (*batch, M, N)).reshape(-1, M, N)  # fmt: skip
-        d = np_.stack([mma(a3[i], b3[i], None if c3 is None else c3[i], instruction=ins,
-                           a_fmt=fmt, **options) for i in range(a3.shape[0])])  # fmt: skip
+        if M == N == 1 and options.get("scale_a") is None and options.get("scale_b") is None:
+            # a batch of dot products: one dpa call on rows, as mma computes a 1 x 1 output
+            c1 = None if c3 is None else c3.reshape(-1)
+            d = dpa(a3[:, 0, :], b3[:, :, 0], c1, instruction=ins, a_fmt=fmt, **options)
+            d = d.reshape(-1, 1, 1)
+        else:
+            d = np_.stack([mma(a3[i], b3[i], None if c3 is None else c3[i], instruction=ins,
+                               a_fmt=fmt, **options) for i in range(a3.shape[0])])  # fmt: skip
         out_f = get_format(out, arg="out")
         if out_f.name != ins.d:
             d = np_.asarray(fround(d, out_f), dtype=np_.float64)
