@@ -27,6 +27,7 @@ from rich.table import Table
 from rich.text import Text
 
 from fpemu.bits import decode
+from fpemu.cli import output
 from fpemu.cli.args import accepted, name_of, paragraph
 from fpemu.cli.errors import UsageError
 from fpemu.describe import (
@@ -234,9 +235,7 @@ def render_table(
         print(foot)
         return
     if console is None:
-        console = Console(highlight=False)
-        if not console.is_terminal:
-            console = Console(highlight=False, width=160)
+        console = output.console(pipe_width=160)  # a pipe without COLUMNS: no wrapping
     table = Table(box=box.SIMPLE_HEAD, title=title, title_justify="left", pad_edge=False,
                   collapse_padding=True)  # fmt: skip
     for name in header:
@@ -330,9 +329,7 @@ def _render(e: Explanation, *, plain: bool) -> None:
         print()
         print(plain_table(header, modes))
         return
-    console = Console(highlight=False)
-    if not console.is_terminal:  # a pipe: no colour, and no wrapping at 80 columns
-        console = Console(highlight=False, width=160)
+    console = output.console(pipe_width=160)  # a pipe without COLUMNS: no wrapping at 80
     console.print(Text(title, style="bold"))
     width = max(len(k) for k, _ in summary)
     for k, v in summary:

@@ -17,6 +17,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from fpemu.cli import output
 from fpemu.cli.args import accepted, name_of
 from fpemu.cli.explain import plain_table
 from fpemu.formats import ALIASES, FORMATS, Format, get_format
@@ -105,9 +106,7 @@ def run(args: argparse.Namespace) -> int:
         print(plain_table(HEADER, format_rows(args.names)))
         print(f"\naliases: {aliases}")
         return 0
-    console = Console(highlight=False)
-    if not console.is_terminal:  # a pipe: no colour, and no wrapping at 80 columns
-        console = Console(highlight=False, width=200)
+    console = output.console(pipe_width=200)  # a pipe without COLUMNS: no wrapping at 80
     render(console, args.names, wide=True if args.wide else False if args.compact else None)
     return 0
 
