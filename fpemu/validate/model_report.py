@@ -361,17 +361,18 @@ class ModelReport:
         for r in self.rows(only_differences=only_differences):
             style = "green" if r["cause"] == "exact" else "yellow"
             cells = {**r, "ulps": r["max ulps"], "cause": f"[{style}]{r['cause']}[/]"}
-            if narrow:
-                note = "; ".join(x for x in (
-                    f"formats {r['format']}" if "/" in r["format"] else "", r["note"]) if x)
-                if note:
-                    notes.append(f"{len(notes) + 1}. step {r['step']} {r['tensor']}: {note}")
-                cells["note"] = str(len(notes)) if note else ""
+            if narrow:  # the note by number; rows with the same note share it
+                t_fmt, _, f_fmt = r["format"].partition("/")
+                both = f"torch {t_fmt}, fpemu {f_fmt}" if f_fmt and f_fmt != t_fmt else ""
+                note = "; ".join(x for x in (both, r["note"]) if x)
+                if note and note not in notes:
+                    notes.append(note)
+                cells["note"] = str(notes.index(note) + 1) if note else ""
             table.add_row(*(cells[c] for c in cols))
         if table.row_count:  # nothing to list (only differences, none): the summary says so
             con.print(table)
-        for note in notes:
-            con.print(_hanging(note, con.width), markup=False, highlight=False)
+        for i, note in enumerate(notes, 1):
+            con.print(_hanging(f"{i}. {note}", con.width), markup=False, highlight=False)
         con.print(self.summary())
 
 

@@ -165,7 +165,7 @@ class Report:
         >>> r.add(CheckResult("casts", "float32 -> float16", "finding", 3, notes=["why " * 30]))
         >>> r.render(con)
         >>> out = con.file.getvalue()
-        >>> max(map(len, out.splitlines())) <= 80, "1. casts float32 -> float16: why" in out
+        >>> max(map(len, out.splitlines())) <= 80, "1. why why" in out
         (True, True)
         """
         from rich import box  # noqa: PLC0415 - rich is only needed for display
@@ -184,13 +184,14 @@ class Report:
         for r in self.results:
             status = f"[{colour[r.status]}]{r.status}[/]"
             detail = r.detail()
-            if narrow and detail:
-                notes.append(f"{len(notes) + 1}. {r.group} {r.name}: {detail}")
-                detail = str(len(notes))
+            if narrow and detail:  # by number; rows with the same detail share it
+                if detail not in notes:
+                    notes.append(detail)
+                detail = str(notes.index(detail) + 1)
             table.add_row(r.group, r.name, status, str(r.compared), detail, style=None)
         con.print(table)
-        for note in notes:
-            con.print(_hanging(note, con.width), markup=False, highlight=False)
+        for i, note in enumerate(notes, 1):
+            con.print(_hanging(f"{i}. {note}", con.width), markup=False, highlight=False)
         c = self.counts()
         con.print(", ".join(f"{s}: {c[s]}" for s in STATUSES))
 
