@@ -90,8 +90,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--block-format", "-b", metavar="B", default=None,
         help="explain VALUE as one block of comma-separated values in block format B "
-             "(mxfp8_e4m3, mxfp4, nvfp4, ...: amax, the scale under each rule, every element's "
-             "code and error; the same as fpemu quant)",
+             "(mxfp8_e4m3, mxfp4, nvfp4, ...; not the 2-D nvfp4_2d: amax, the scale under each "
+             "rule, every element's code and error; the same as fpemu quant)",
     )  # fmt: skip
 
 
@@ -352,17 +352,13 @@ def plain_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 def _explain_block(args: argparse.Namespace) -> int:
     """``fpemu explain V1,V2,... --block-format B``: the block explanation of ``fpemu quant``."""
     from fpemu.cli import quant_explain  # noqa: PLC0415 - only this option needs fpemu.quant
-    from fpemu.quant import BLOCK_FORMATS, get_block_format  # noqa: PLC0415
 
     if args.fmt is not None or args.code or args.as_number:
         raise UsageError("--block-format: cannot be combined with --format, --code or --value")
     try:
-        get_block_format(args.block_format)
-    except (TypeError, ValueError):
-        raise UsageError(
-            f"--block-format {args.block_format}: unknown block format; "
-            f"accepted: {accepted(BLOCK_FORMATS)}"
-        ) from None
+        quant_explain.block_format(args.block_format)
+    except argparse.ArgumentTypeError as err:
+        raise UsageError(f"--block-format {err}") from None
     try:
         values = quant_explain._values(args.value)
     except argparse.ArgumentTypeError as err:
