@@ -131,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
         note += (f"\na NaN: fpemu has one NaN per format, {hex_code(e.code, f)} in {f.name} "
                  "(sign and payload of a NaN are not kept); it is explained below")  # fmt: skip
     if note:
-        print(note)
+        print(output.fill(note))
     _render(e, plain=args.plain)
     return 0
 
@@ -230,9 +230,9 @@ def render_table(
     foot = ("error: stored value minus the exact VALUE; ulps: of that format at VALUE. "
             "fpemu explain VALUE -f FORMAT for the bits and every rounding mode.")  # fmt: skip
     if plain:
-        print(title)
+        print(output.fill(title))
         print(plain_table(header, rows))
-        print(foot)
+        print(output.fill(foot))
         return
     if console is None:
         console = output.console(pipe_width=160)  # a pipe without COLUMNS: no wrapping
@@ -322,12 +322,16 @@ def _render(e: Explanation, *, plain: bool) -> None:
     summary, modes = _summary(e), _mode_rows(e)
     header = ("mode", "result", "bits", "error (ulp)")
     if plain:
-        print(title)
+        print(output.fill(title))
         width = max(len(k) for k, _ in summary)
         for k, v in summary:
-            print(f"  {k:<{width}}  {v}")
+            print(output.fill(f"  {k:<{width}}  {v}", indent=width + 4))
         print()
-        print(plain_table(header, modes))
+        # the stochastic row's two outcomes would widen the result column past 80: a line
+        table = [m for m in modes if m[0] != "stochastic"]
+        print(plain_table(header, table))
+        for m in modes[len(table):]:
+            print(output.fill(f"{m[0]}  {m[1]}", indent=len(m[0]) + 2))
         return
     console = output.console(pipe_width=160)  # a pipe without COLUMNS: no wrapping at 80
     console.print(Text(title, style="bold"))

@@ -22,6 +22,7 @@ import io
 import os
 import shutil
 import sys
+import textwrap
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -30,14 +31,14 @@ from fpemu.cli.errors import UsageError
 if TYPE_CHECKING:
     from rich.console import Console
 
-__all__ = ["RStripWriter", "console", "width", "writable"]
+__all__ = ["RStripWriter", "console", "fill", "width", "writable"]
 
 
 def width() -> int | None:
     """``COLUMNS`` when set to a number >= 20, else the terminal's width, else None (a pipe).
 
-    >>> os.environ["COLUMNS"] = "80"; width()
-    80
+    >>> width() is None or width() >= 20
+    True
     """
     text = os.environ.get("COLUMNS", "")
     if text.isdigit() and int(text) >= 20:
@@ -47,6 +48,27 @@ def width() -> int | None:
     except (AttributeError, ValueError):  # a closed or replaced stdout
         tty = False
     return shutil.get_terminal_size().columns if tty else None
+
+
+def fill(text: str, *, indent: int | None = None, columns: int | None = None) -> str:
+    """Each line of ``text`` wrapped at :func:`width` when it is known (else as it is), its
+    continuation lines indented by ``indent`` (default: the line's own leading blanks); a
+    token longer than the width (an exact decimal) is kept whole. ``columns`` overrides the
+    width.
+
+    >>> print(fill("  key  a b c d e f g h i j", indent=7, columns=20))
+      key  a b c d e f
+           g h i j
+    """
+    w = columns or width()
+    if w is None:
+        return text
+    out = []
+    for line in text.split("\n"):
+        lead = len(line) - len(line.lstrip(" ")) if indent is None else indent
+        out += textwrap.wrap(line, width=w, subsequent_indent=" " * lead, break_long_words=False,
+                             break_on_hyphens=False) or [""]  # fmt: skip
+    return "\n".join(out)
 
 
 def console(*, pipe_width: int | None = None, **kwargs: Any) -> Console:

@@ -80,13 +80,12 @@ def human_size(n: int) -> str:
 def listing(pattern: str | None = None, width: int = 80) -> str:
     """The campaigns (matching the glob ``pattern``) by family, sorted, one line each.
 
-    >>> print(listing("sqrt-e4m3fn-r*"))  # doctest: +NORMALIZE_WHITESPACE
-    sqrt (5 campaigns)
-      sqrt-e4m3fn-rdown  256  every float8_e4m3fn code
+    >>> print(listing("sqrt-e4m3fn-r[nt]*"))  # doctest: +NORMALIZE_WHITESPACE
+    sqrt (4 campaigns)
       sqrt-e4m3fn-rna    256  every float8_e4m3fn code
       sqrt-e4m3fn-rne    256  every float8_e4m3fn code
+      sqrt-e4m3fn-rto    256  every float8_e4m3fn code
       sqrt-e4m3fn-rtz    256  every float8_e4m3fn code
-      sqrt-e4m3fn-rup    256  every float8_e4m3fn code
     """
     names = sorted(n for n in campaigns() if pattern is None or fnmatch.fnmatchcase(n, pattern))
     families: dict[str, list[str]] = {}
