@@ -305,15 +305,15 @@ def run_model(args: argparse.Namespace) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """Run the checks; print the table; write the files asked for; return the exit status."""
+    if args.target is not None and args.framework != "model":
+        raise UsageError(f"FILE.py:FACTORY {args.target}: only 'fpemu validate model' takes one")
+    check_flags(args)  # bad invocations first: the same answer with or without torch
+    check_outputs(args)
     try:
         import torch  # noqa: F401, PLC0415
     except ImportError:
         print(TORCH_HINT, file=sys.stderr)
         return 2
-    if args.target is not None and args.framework != "model":
-        raise UsageError(f"FILE.py:FACTORY {args.target}: only 'fpemu validate model' takes one")
-    check_flags(args)
-    check_outputs(args)
     if args.framework == "model":
         return run_model(args)
     from fpemu.validate.suite import validate_torch  # noqa: PLC0415
