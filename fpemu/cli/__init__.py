@@ -2,7 +2,8 @@
 
 Each command module defines ``configure(parser)`` and ``run(args) -> int``. A bad argument is
 one line on stderr, ``fpemu COMMAND: --arg VALUE: what is accepted``, and exit status 2;
-``fpemu --debug COMMAND ...`` shows the Python traceback instead.
+``fpemu --debug COMMAND ...`` (``--debug`` anywhere) shows the Python traceback instead.
+``fpemu`` alone prints the usage and the command list on stderr, status 2.
 
 >>> main(["tour", "--width", "80"])  # doctest: +ELLIPSIS
 ─...fpemu tour...
@@ -13,6 +14,8 @@ one line on stderr, ``fpemu COMMAND: --arg VALUE: what is accepted``, and exit s
 
 from __future__ import annotations
 
+import argparse
+import difflib
 import importlib
 import importlib.metadata
 import os
@@ -21,6 +24,7 @@ from collections.abc import Sequence
 
 from fpemu.cli.args import HelpFormatter, Parser, paragraph
 from fpemu.cli.errors import UsageError, missing_extra
+from fpemu.cli.output import RStripWriter
 
 #: subcommand -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -74,7 +78,8 @@ def build_parser() -> Parser:
         description="Bit-exact emulation of low-precision floating point.",
         epilog=paragraph(
             "A bad argument prints one line and exits with status 2; "
-            "fpemu --debug COMMAND ... shows the traceback."
+            "fpemu --debug COMMAND ... (or fpemu COMMAND ... --debug) shows the traceback. "
+            "fpemu COMMAND --help describes a command."
         ),
         formatter_class=HelpFormatter,
     )
@@ -104,23 +109,72 @@ def _command(argv: Sequence[str]) -> str | None:
     return next((a for a in argv if a in COMMANDS), None)
 
 
+def _suggest(argv: Sequence[str]) -> str:
+    """`` did you mean train?`` for the first argument that is not an option and is close to
+    a command name, else ""."""
+    word = next((a for a in argv if not a.startswith("-")), None)
+    close = difflib.get_close_matches(word, list(COMMANDS), n=1) if word else []
+    return f"; did you mean {close[0]}?" if close else ""
+
+
+def _usage(parser: Parser) -> None:
+    """``fpemu`` alone: the usage and the command list on stderr (a bad invocation)."""
+    print(parser.format_help().rstrip(), file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit status (2 for a bad argument)."""
+    """Run the command line; returns the exit status (2 for a bad argument).
+
+    ``--debug`` is accepted anywhere before a ``--`` (``fpemu train --debug`` too). When stdout
+    is not a terminal its lines lose their trailing blanks (:class:`~fpemu.cli.output.RStripWriter`).
+    """
     argv = list(sys.argv[1:] if argv is None else argv)
+    end = argv.index("--") if "--" in argv else len(argv)
+    debug = "--debug" in argv[:end]
+    argv = [a for i, a in enumerate(argv) if a != "--debug" or i >= end]
     command = _command(argv)
-    debug = "--debug" in argv[: argv.index(command) if command else len(argv)]
     prog = f"fpemu {command}" if command else "fpemu"
     parser = build_parser()
+    if not argv:
+        _usage(parser)
+        return 2
     if command in parser.unavailable:  # whatever its arguments
         print(f"{prog}: {parser.unavailable[command]}", file=sys.stderr)
         return 2
     try:
         args = parser.parse_args(argv)
     except UsageError as err:
-        print(f"{prog}: {err}", file=sys.stderr)
+        hint = _suggest(argv) if command is None and str(err).startswith("COMMAND ") else ""
+        print(f"{prog}: {err}".replace(": invalid choice;", f": invalid choice{hint}", 1)
+              if hint else f"{prog}: {err}", file=sys.stderr)  # fmt: skip
         return 2
     except SystemExit as exc:  # --help, --version
         return exc.code if isinstance(exc.code, int) else 0
+    stdout = sys.stdout
+    piped = not _isatty(stdout)
+    if piped:  # rich pads cells and titles with blanks: none before a line end in a pipe
+        sys.stdout = RStripWriter(stdout)
+    try:
+        return _run(args, command, debug)
+    finally:
+        if piped:
+            try:
+                sys.stdout.flush()
+            except (BrokenPipeError, ValueError):  # pragma: no cover - reader gone
+                pass
+            sys.stdout = stdout
+
+
+def _isatty(stream: object) -> bool:
+    try:
+        return bool(stream.isatty())  # type: ignore[attr-defined]
+    except (AttributeError, ValueError):
+        return False
+
+
+def _run(args: argparse.Namespace, command: str | None, debug: bool) -> int:
+    """Run the parsed command; one line on stderr for every anticipated failure."""
+    prog = f"fpemu {command}" if command else "fpemu"
     try:
         return int(args._run(args))
     except UsageError as err:

@@ -5,6 +5,10 @@ configuration whose data set needs a missing extra (digits: scikit-learn, ``pip 
 'fpemu[data]'``) is skipped with one line on stderr; when every configuration is skipped,
 nothing is run and the exit status is 3.
 
+Stdout holds one format: text tables fitted to the width where it is known (a terminal, or
+``COLUMNS``), Markdown in a pipe without ``COLUMNS`` or with ``--markdown``, JSON with
+``--json``. ``--write PATH`` writes the Markdown document (its folder is checked first).
+
 >>> import argparse
 >>> p = argparse.ArgumentParser(); configure(p)
 >>> p.parse_args(["--config", "digits", "--steps", "5"]).config
@@ -19,11 +23,16 @@ import sys
 import time
 from pathlib import Path
 
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from fpemu.cli import output
 from fpemu.cli.args import accepted, int_at_least, model_names, name_of, paragraph
 from fpemu.cli.errors import UsageError
 from fpemu.linalg import get_model
 from fpemu.training.datasets import unavailable
-from fpemu.training.experiment import CONFIGS, report, run_experiment
+from fpemu.training.experiment import CONFIGS, ExperimentResult, report, run_experiment
 
 #: Exit status when every configuration needs a missing extra.
 NOTHING_RUN = 3
@@ -47,7 +56,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "(default: all)")  # fmt: skip
     parser.add_argument("--write", metavar="PATH", type=Path,
                         help="also write the Markdown report to PATH")  # fmt: skip
-    parser.add_argument("--json", action="store_true", help="print JSON instead of Markdown")
+    fmt = parser.add_mutually_exclusive_group()
+    fmt.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    fmt.add_argument("--markdown", action="store_true",
+                     help="print Markdown tables (the default in a pipe without COLUMNS)")  # fmt: skip
     parser.add_argument(
         "--no-progress",
         action="store_true",
@@ -61,8 +73,7 @@ def run(args: argparse.Namespace) -> int:
     Raises:
         UsageError: the folder of ``--write`` does not exist.
     """
-    if args.write is not None and not args.write.parent.is_dir():
-        raise UsageError(f"--write {args.write}: folder {args.write.parent} does not exist")
+    output.writable("--write", args.write)
     wanted = list(dict.fromkeys(args.config or CONFIGS))
     skipped: dict[str, list[str]] = {}
     for c in wanted:
@@ -78,11 +89,50 @@ def run(args: argparse.Namespace) -> int:
     res = run_experiment(configs=configs, steps=args.steps, seed=args.seed,
                          acc_model=args.acc_model, progress=not args.no_progress)  # fmt: skip
     elapsed = time.perf_counter() - t0
+    width = output.width()
     if args.json:
         print(json.dumps(res.to_dict(), indent=2))
-    else:
+    elif args.markdown or width is None:
         print(res.to_markdown())
-        print(f"({elapsed:.0f} s)")
+    else:
+        render(res, output.console())
     if args.write:
-        args.write.write_text(report(res, elapsed), encoding="utf-8")
+        args.write.write_text(report(res, elapsed, str(args.write)), encoding="utf-8")
     return 0
+
+
+def render(res: ExperimentResult, console: Console) -> None:
+    """One rich table per configuration, fitted to the console: the policy and scaler columns
+    (the run's label names both) only from 120 columns up.
+
+    >>> import io
+    >>> from fpemu.training.experiment import Row
+    >>> con = Console(file=io.StringIO(), width=80)
+    >>> render(ExperimentResult(2, 0, "fast", [Row("digits", "FP16 + GradScaler built every "
+    ...     "step", "torch_cuda_fp16", "fresh_gradscaler", 0.9, 0, 1.5, 2.5, 0.3, 0.1)]), con)
+    >>> max(map(len, con.file.getvalue().splitlines())) <= 80
+    True
+    """
+    wide = console.width >= 120
+    for cfg in dict.fromkeys(r.config for r in res.rows):
+        rows = [r for r in res.rows if r.config == cfg]
+        base = next((r for r in rows if r.run == "FP32"), None)
+        table = Table(title=f"{cfg}: {res.steps} steps, seed {res.seed}, {res.acc_model}",
+                      box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True,
+                      title_justify="left")  # fmt: skip
+        cols = ["run", *(["policy", "scaler"] if wide else []), "acc", "vs FP32",
+                "skipped", "zero %", "unscaled", "loss"]  # fmt: skip
+        for c in cols:
+            table.add_column(c, justify="left" if c in ("run", "policy", "scaler") else "right",
+                             no_wrap=c not in ("run",))  # fmt: skip
+        for r in rows:
+            delta = "" if base is None else f"{100 * (r.accuracy - base.accuracy):+.1f}"
+            cells = [r.run, *([r.policy, r.scaler] if wide else []), f"{100 * r.accuracy:.1f}%",
+                     delta, str(r.skipped), f"{r.zero_pct:.1f}", f"{r.zero_pct_unscaled:.1f}",
+                     f"{r.final_loss:.4g}"]  # fmt: skip
+            table.add_row(*cells)
+        console.print(table)
+    console.print("acc: test accuracy; zero %: parameter-gradient values that are zero in the gradient format "
+                  "(mean over steps and layers); unscaled: the same without the loss scale; "
+                  "loss: final, unweighted. fpemu experiment --markdown for the Markdown "
+                  "tables.")  # fmt: skip

@@ -27,6 +27,7 @@ from rich.table import Table
 from rich.text import Text
 
 from fpemu.bits import decode
+from fpemu.cli import output
 from fpemu.cli.args import accepted, name_of, paragraph
 from fpemu.cli.errors import UsageError
 from fpemu.describe import (
@@ -89,8 +90,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--block-format", "-b", metavar="B", default=None,
         help="explain VALUE as one block of comma-separated values in block format B "
-             "(mxfp8_e4m3, mxfp4, nvfp4, ...: amax, the scale under each rule, every element's "
-             "code and error; the same as fpemu quant)",
+             "(mxfp8_e4m3, mxfp4, nvfp4, ...; not the 2-D nvfp4_2d: amax, the scale under each "
+             "rule, every element's code and error; the same as fpemu quant)",
     )  # fmt: skip
 
 
@@ -130,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
         note += (f"\na NaN: fpemu has one NaN per format, {hex_code(e.code, f)} in {f.name} "
                  "(sign and payload of a NaN are not kept); it is explained below")  # fmt: skip
     if note:
-        print(note)
+        print(output.fill(note))
     _render(e, plain=args.plain)
     return 0
 
@@ -229,14 +230,12 @@ def render_table(
     foot = ("error: stored value minus the exact VALUE; ulps: of that format at VALUE. "
             "fpemu explain VALUE -f FORMAT for the bits and every rounding mode.")  # fmt: skip
     if plain:
-        print(title)
+        print(output.fill(title))
         print(plain_table(header, rows))
-        print(foot)
+        print(output.fill(foot))
         return
     if console is None:
-        console = Console(highlight=False)
-        if not console.is_terminal:
-            console = Console(highlight=False, width=160)
+        console = output.console(pipe_width=160)  # a pipe without COLUMNS: no wrapping
     table = Table(box=box.SIMPLE_HEAD, title=title, title_justify="left", pad_edge=False,
                   collapse_padding=True)  # fmt: skip
     for name in header:
@@ -323,16 +322,18 @@ def _render(e: Explanation, *, plain: bool) -> None:
     summary, modes = _summary(e), _mode_rows(e)
     header = ("mode", "result", "bits", "error (ulp)")
     if plain:
-        print(title)
+        print(output.fill(title))
         width = max(len(k) for k, _ in summary)
         for k, v in summary:
-            print(f"  {k:<{width}}  {v}")
+            print(output.fill(f"  {k:<{width}}  {v}", indent=width + 4))
         print()
-        print(plain_table(header, modes))
+        # the stochastic row's two outcomes would widen the result column past 80: a line
+        table = [m for m in modes if m[0] != "stochastic"]
+        print(plain_table(header, table))
+        for m in modes[len(table):]:
+            print(output.fill(f"{m[0]}  {m[1]}", indent=len(m[0]) + 2))
         return
-    console = Console(highlight=False)
-    if not console.is_terminal:  # a pipe: no colour, and no wrapping at 80 columns
-        console = Console(highlight=False, width=160)
+    console = output.console(pipe_width=160)  # a pipe without COLUMNS: no wrapping at 80
     console.print(Text(title, style="bold"))
     width = max(len(k) for k, _ in summary)
     for k, v in summary:
@@ -355,17 +356,13 @@ def plain_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 def _explain_block(args: argparse.Namespace) -> int:
     """``fpemu explain V1,V2,... --block-format B``: the block explanation of ``fpemu quant``."""
     from fpemu.cli import quant_explain  # noqa: PLC0415 - only this option needs fpemu.quant
-    from fpemu.quant import BLOCK_FORMATS, get_block_format  # noqa: PLC0415
 
     if args.fmt is not None or args.code or args.as_number:
         raise UsageError("--block-format: cannot be combined with --format, --code or --value")
     try:
-        get_block_format(args.block_format)
-    except (TypeError, ValueError):
-        raise UsageError(
-            f"--block-format {args.block_format}: unknown block format; "
-            f"accepted: {accepted(BLOCK_FORMATS)}"
-        ) from None
+        quant_explain.block_format(args.block_format)
+    except argparse.ArgumentTypeError as err:
+        raise UsageError(f"--block-format {err}") from None
     try:
         values = quant_explain._values(args.value)
     except argparse.ArgumentTypeError as err:

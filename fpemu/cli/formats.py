@@ -17,6 +17,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from fpemu.cli import output
 from fpemu.cli.args import accepted, name_of
 from fpemu.cli.explain import plain_table
 from fpemu.formats import ALIASES, FORMATS, Format, get_format
@@ -88,7 +89,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help=f"formats to show (default: all): {accepted(names)}",
     )  # fmt: skip
     parser.add_argument("--plain", action="store_true",
-                        help="plain text, no colour or boxes (every column)")  # fmt: skip
+                        help="plain text, no colour or boxes (every column unless they do not fit "
+                             "COLUMNS or the terminal, or --compact)")  # fmt: skip
     layout = parser.add_mutually_exclusive_group()
     layout.add_argument("--wide", action="store_true",
                         help="every column, whatever the terminal width (automatic when they fit, "
@@ -102,12 +104,16 @@ def run(args: argparse.Namespace) -> int:
     """Print the table; returns 0."""
     aliases = ", ".join(f"{a}={n}" for a, n in ALIASES.items())
     if args.plain:
-        print(plain_table(HEADER, format_rows(args.names)))
-        print(f"\naliases: {aliases}")
+        table = plain_table(HEADER, format_rows(args.names))
+        w = output.width()
+        if args.compact or (not args.wide and w is not None and
+                            max(map(len, table.splitlines())) > w):  # fmt: skip
+            fmts = [get_format(n) for n in args.names] if args.names else list(FORMATS.values())
+            table = plain_table(COMPACT, [compact_row(f) for f in fmts])
+        print(table)
+        print(output.fill(f"\naliases: {aliases}"))
         return 0
-    console = Console(highlight=False)
-    if not console.is_terminal:  # a pipe: no colour, and no wrapping at 80 columns
-        console = Console(highlight=False, width=200)
+    console = output.console(pipe_width=200)  # a pipe without COLUMNS: no wrapping at 80
     render(console, args.names, wide=True if args.wide else False if args.compact else None)
     return 0
 

@@ -11,16 +11,18 @@ from __future__ import annotations
 
 import argparse
 import math
+import textwrap
 from collections.abc import Sequence
 
 import numpy as np
 
+from fpemu.cli import output
 from fpemu.cli.args import Parser, accepted, int_at_least, name_of, number
 from fpemu.cli.errors import UsageError
 from fpemu.formats import get_format
 from fpemu.tensorcore import ARCHS
 from fpemu.tensorcore.arch import ARCH_ALIASES, get_arch
-from fpemu.tensorcore.compare import MAX_EXACT_PRODUCTS, compare
+from fpemu.tensorcore.compare import MAX_EXACT_PRODUCTS, Comparison, compare
 
 #: Input formats some modelled architecture takes (which one takes which: see ``--help``).
 INPUTS = ("float16", "bfloat16", "tf32", "float8_e4m3fn", "float8_e5m2")
@@ -68,7 +70,53 @@ def configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                         help="K of a random problem (without --a and --b)")  # fmt: skip
     parser.add_argument("--seed", type=int_at_least(0), default=0,
                         help="seed of a random problem")  # fmt: skip
+    parser.add_argument("--list", action="store_true",
+                        help="list every instruction model (sm90.mma.f16.f32, ...) with its "
+                             "parameters, by architecture, and exit")  # fmt: skip
     return parser
+
+
+def listing(width: int = 80) -> str:
+    """Every instruction model of :data:`fpemu.tensorcore.INSTRUCTIONS`, one per line under its
+    architecture, with its inputs and parameters wrapped at ``width``.
+
+    >>> text = listing()
+    >>> "sm90.wgmma.fp8.f16" in text and max(map(len, text.splitlines())) <= 80
+    True
+    """
+    from fpemu.tensorcore import INSTRUCTIONS  # noqa: PLC0415 - only --list needs them
+
+    by_arch: dict[str, list[str]] = {}
+    for ins in INSTRUCTIONS.values():
+        by_arch.setdefault(f"{ins.vendor} {ins.arch}", []).append(ins.name)
+    lines = textwrap.wrap(f"{len(INSTRUCTIONS)} instruction models, each an accumulation model "
+                          "of fpemu.linalg.matmul (model=NAME); see docs/mma-inventory.md",
+                          width=width)  # fmt: skip
+    for arch, names in by_arch.items():
+        lines += ["", f"{arch}:"]
+        pad = max(len(n) for n in names)
+        for name in names:
+            ins = INSTRUCTIONS[name]
+            params = ins.summary.split(": ", 1)[1]
+            text = f"in {'/'.join(ins.inputs)}, d {ins.d}; {params}"
+            lines += textwrap.wrap(text, width=width, initial_indent=f"  {name:<{pad}}  ",
+                                   subsequent_indent=" " * (pad + 6),
+                                   break_on_hyphens=False)  # fmt: skip
+    return "\n".join(lines)
+
+
+def _table(r: Comparison) -> str:
+    """The comparison, one block of lines per output element (at most 80 columns)."""
+    out = [f"{r.arch} tensor core, {r.fmt.name} inputs, {r.acc.name} accumulation"]
+    for idx in np.ndindex(r.exact.shape):
+        if r.exact.size > 1:
+            out.append(f"element {','.join(map(str, idx))}")
+        out += [f"  exact        {float(r.exact[idx])!r}",
+                f"  tensor core  {float(r.tensor_core[idx])!r:<24}  "
+                f"{r.tensor_core_ulps[idx]:+.3g} ulps",
+                f"  sequential   {float(r.sequential[idx])!r:<24}  "
+                f"{r.sequential_ulps[idx]:+.3g} ulps"]  # fmt: skip
+    return "\n".join(out)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -78,6 +126,13 @@ def run(args: argparse.Namespace) -> int:
         UsageError: only one of ``--a``/``--b``, vectors of different lengths, or a format
             the architecture has no instruction for.
     """
+    if args.list:
+        given = [f for f, v in (("--a", args.a), ("--b", args.b)) if v is not None]
+        if given:
+            raise UsageError(f"{given[0]}: not with --list (--list prints the instruction "
+                             "models and exits)")  # fmt: skip
+        print(listing(output.width() or 80))
+        return 0
     if (args.a is None) != (args.b is None):
         given = "--a" if args.a is not None else "--b"
         raise UsageError(f"{given}: give both --a and --b, or neither (a random problem)")
@@ -105,5 +160,5 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"--a: length {len(args.a)}; at most {MAX_EXACT_PRODUCTS}")
         a = np.array([args.a])
         b = np.array(args.b)[:, None]
-    print(compare(a, b, fmt=fmt, arch=arch.name, c=[[args.c]], acc=acc))
+    print(_table(compare(a, b, fmt=fmt, arch=arch.name, c=[[args.c]], acc=acc)))
     return 0

@@ -60,7 +60,7 @@ def lesson_swamping(con: Console) -> None:
     con.print("[bold]2. Swamping: 1 + 0.0001 in FP16[/bold]")
     u = float(fpemu.ulp(1.0, "fp16"))
     r = float(fpemu.round(1 + 0.0001, "fp16"))
-    con.print(f"   ulp(1) in FP16 = 2**-10 = {u}; half of it is {u / 2}, and 0.0001 < {u / 2}")
+    con.print(f"   ulp(1) in FP16 = 2**-10 = {u}; 0.0001 < {u / 2}, half of it")
     con.print(f"   round(1 + 0.0001, fp16) = {r}   bits {_bits(r, 'fp16')}")
     acc = 1.0
     for _ in range(10_000):
@@ -80,13 +80,10 @@ def lesson_underflow(con: Console) -> None:
     for fmt in ("fp16", "bf16"):
         f = fpemu.get_format(fmt)
         r = float(fpemu.round(p, fmt))
-        con.print(
-            f"   {fmt}: exact product {p:.3e}, smallest subnormal {f.smallest_subnormal:.3e}"
-            f" -> {r!r}"
-        )
-    con.print(
-        "   Small gradients die this way in FP16; loss scaling shifts them back into range.\n"
-    )
+        con.print(f"   {fmt}: product {p:.4e}, smallest subnormal {f.smallest_subnormal:.3e}"
+                  f" -> {r:.6g}")  # fmt: skip
+    con.print("   Small gradients die this way in FP16; loss scaling shifts them back\n"
+              "   into range.\n")  # fmt: skip
 
 
 def lesson_modes(con: Console) -> None:
@@ -160,8 +157,8 @@ def lesson_tensor_cores(con: Console) -> None:
     con.print(f"   exact            {float(r.exact[0, 0])!r}")
     con.print(
         f"   H100 tensor core {float(r.tensor_core[0, 0])!r}  "
-        f"({float(r.tensor_core_ulps[0, 0]):+.3g} ulps: aligned to the largest term, "
-        "then truncated)"
+        f"({float(r.tensor_core_ulps[0, 0]):+.3g} ulps: aligned to the largest"
+        "\n                    term, then truncated)"
     )
     con.print(
         f"   sequential FP32  {float(r.sequential[0, 0])!r}  "

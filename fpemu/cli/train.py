@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import math
+import textwrap
 from collections.abc import Sequence
 
 import numpy as np
@@ -22,6 +24,7 @@ import numpy as np
 from fpemu.amp.policy import POLICY_ALIASES, get_policy, preset_names
 from fpemu.amp.recipes import RECIPES
 from fpemu.amp.scaling.registry import SCALER_ALIASES, SCALERS, get_scaler
+from fpemu.cli import output
 from fpemu.cli.args import accepted, int_at_least, model_names, name_of, number
 from fpemu.cli.errors import UsageError
 from fpemu.cli.explain import plain_table
@@ -34,6 +37,8 @@ from fpemu.training.datasets import DATASETS, get_dataset, unavailable
 _SPECIAL_SCALERS = ("policy", "none")
 #: Accumulation models listed in messages (instruction models are many: see fpemu.linalg.models).
 _MODELS = [*model_names(), "sm90.mma.f16.f32, ..."]
+#: The policy without --policy and --recipe.
+DEFAULT_POLICY = "torch_cuda_fp16"
 #: Scale-change events printed without ``--trace``.
 EVENTS_SHOWN = 10
 
@@ -58,14 +63,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
     scalers = list(dict.fromkeys([*_SPECIAL_SCALERS, *SCALERS, *SCALER_ALIASES]))
     parser.add_argument("dataset", nargs="?", default="spirals", metavar="DATASET",
                         type=name_of("data set", get_dataset_name, DATASETS),
-                        help=f"data set: {accepted(DATASETS)} (digits needs the data extra: "
-                             "pip install 'fpemu[data]') (default: spirals)")  # fmt: skip
-    parser.add_argument("--policy", default="torch_cuda_fp16",
-                        type=name_of("policy", get_policy, policies),
-                        help=f"AMP policy preset: {accepted(policies)}")  # fmt: skip
-    parser.add_argument("--scaler", default="policy", type=name_of("scaler", _scaler, scalers),
+                        help=f"data set: {accepted(DATASETS)} (all ship with fpemu"
+                             f"{_needs_note()}) (default: spirals)")  # fmt: skip
+    parser.add_argument("--policy", default=None, type=name_of("policy", get_policy, policies),
+                        help=f"AMP policy preset: {accepted(policies)} (default: "
+                             f"{DEFAULT_POLICY}; fp32, the only one, with --recipe)")  # fmt: skip
+    parser.add_argument("--scaler", default=None, type=name_of("scaler", _scaler, scalers),
                         help="loss scaler: 'policy' (the one the policy's framework pairs with "
-                             f"it), 'none', or {accepted(scalers[2:])}")  # fmt: skip
+                             f"it), 'none', or {accepted(scalers[2:])} (default: policy; "
+                             "none with --recipe, which takes no other)")  # fmt: skip
     parser.add_argument("--hidden", type=int_at_least(1), nargs="+", default=[64],
                         metavar="WIDTH", help="hidden layer widths")  # fmt: skip
     parser.add_argument("--steps", type=int_at_least(1), default=200, help="optimizer steps")
@@ -107,6 +113,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="hide the progress bar (shown only on a terminal)")  # fmt: skip
 
 
+def _needs_note() -> str:
+    """``; digits needs the data extra`` for each data set of NEEDS (none today)."""
+    from fpemu.training.datasets import NEEDS  # noqa: PLC0415
+
+    return "".join(f"; {n} needs pip install 'fpemu[{extra}]'" for n, (_, extra, _) in
+                   NEEDS.items())  # fmt: skip
+
+
 def get_dataset_name(name: str) -> str:
     """``name`` if it is a data set of :data:`~fpemu.training.datasets.DATASETS`."""
     if name not in DATASETS:
@@ -131,12 +145,17 @@ def run(args: argparse.Namespace) -> int:
     if args.batch_size > n_train:
         raise UsageError(f"--batch-size {args.batch_size}: at most {n_train}, the training "
                          f"examples of {args.dataset}")  # fmt: skip
-    scaler = None if args.scaler in ("none", "off") else args.scaler
-    policy = args.policy
-    if args.recipe is not None:
-        if get_policy(policy).name not in ("fp32", "torch_cuda_fp16"):  # the default is replaced
-            raise UsageError(f"--policy {policy}: --recipe runs under fp32 (leave --policy out)")
+    policy = DEFAULT_POLICY if args.policy is None else args.policy
+    scaler_name = "policy" if args.scaler is None else args.scaler
+    if args.recipe is not None:  # FP8 layers between FP32 ops: policy fp32, no loss scaler
+        if args.policy is not None and get_policy(args.policy).name != "fp32":
+            raise UsageError(f"--policy {args.policy}: not with --recipe {args.recipe} (FP8 "
+                             "layers between FP32 ops: policy fp32; leave --policy out)")  # fmt: skip
+        if scaler_name not in ("policy", "none"):
+            raise UsageError(f"--scaler {args.scaler}: not with --recipe {args.recipe} (the "
+                             "recipe scales each FP8 tensor; no loss scaler)")  # fmt: skip
         policy = "fp32"
+    scaler = None if scaler_name == "none" else scaler_name
     r = train(args.dataset, hidden=tuple(args.hidden), policy=policy, scaler=scaler,
               steps=args.steps, lr=args.lr, optimizer=args.optimizer, seed=args.seed,
               batch_size=args.batch_size, micro_batches=args.micro_batches, clip=args.clip,
@@ -145,7 +164,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(r.to_json(indent=2))
         return 0
-    print("\n".join(report(r, trace=args.trace)))
+    print("\n".join(report(r, trace=args.trace, width=output.width() or 80)))
     return 0
 
 
@@ -172,58 +191,67 @@ def scale_events(r: TrainResult) -> list[tuple[int, float, float, str]]:
     return out
 
 
-def report(r: TrainResult, *, trace: bool = False) -> list[str]:
-    """The printed lines: run, accuracy, loss-scale summary and trace, gradient table."""
+def report(r: TrainResult, *, trace: bool = False, width: int = 80) -> list[str]:
+    """The printed lines: run, accuracy, loss-scale summary and trace, gradient table; the
+    text is wrapped at ``width`` columns and the tables fit 80."""
     c = r.config
     pol = get_policy(c["policy"])
     scales = [s.scale for s in r.steps]
     growths = sum(b > a for a, b in itertools.pairwise(scales))
     backoffs = sum(b < a for a, b in itertools.pairwise(scales))
+    def para(text: str) -> list[str]:
+        return textwrap.wrap(text, width=width, break_on_hyphens=False)
+
     lines = [
-        f"{c['dataset']}: MLP with hidden widths {', '.join(map(str, c['hidden']))}, "
-        f"policy {c['policy']} "
-        f"(compute {pol.compute.name}, parameters {pol.param.name}, master weights "
-        f"{pol.master.name if pol.master else 'none'}), "
-        f"scaler {c['scaler']}, {c['optimizer']} lr {c['lr']:g}, {len(r.steps)} steps",
-        f"accuracy: test {100 * r.final_accuracy:.1f}%, train {100 * r.train_accuracy:.1f}%; "
-        f"final loss {r.final_loss:.4g}",
-        f"loss scale: {scales[0]:g} at the first step, {scales[-1]:g} at the last; "
-        f"{r.skipped_steps} skipped steps, {growths} growths, {backoffs} backoffs",
-    ]
+        *para(f"{c['dataset']}: MLP with hidden widths {', '.join(map(str, c['hidden']))}, "
+              f"policy {c['policy']} (compute {pol.compute.name}, parameters {pol.param.name}, "
+              f"master weights {pol.master.name if pol.master else 'none'}), "
+              f"scaler {c['scaler']}, {c['optimizer']} lr {c['lr']:g}, {len(r.steps)} steps"),
+        *para(f"accuracy: test {100 * r.final_accuracy:.1f}%, train "
+              f"{100 * r.train_accuracy:.1f}%; final loss {r.final_loss:.4g}"),
+        *para(f"loss scale: {scales[0]:g} at the first step, {scales[-1]:g} at the last; "
+              f"{r.skipped_steps} skipped steps, {growths} growths, {backoffs} backoffs"),
+    ]  # fmt: skip
     events = scale_events(r)
     if events:
         shown = events if trace else events[:EVENTS_SHOWN]
         lines += ["", plain_table(("step", "loss", "scale used", "event"),
-                                  [(str(s), f"{loss:.4g}", f"{sc:g}", what)
+                                  [(str(s), f"{loss:.4g}", f"{sc:g}",
+                                    what.replace("skipped (inf/NaN gradients)", "skipped"))
                                    for s, loss, sc, what in shown])]  # fmt: skip
+        lines += para("skipped: the gradients held inf or NaN; the step was not applied")
         if len(shown) < len(events):
             lines.append(f"... {len(events) - len(shown)} more events (--trace shows all)")
-    lines += [
-        "",
-        f"gradient values as {pol.compute.name}, % per layer (mean over steps): "
-        "after = with the loss scale, as backward produced them; before = without",
-    ]
+    lines += ["", *para(f"gradient values as {pol.compute.name}, % per layer (mean over "
+                        "steps): after = with the loss scale, as backward produced them; "
+                        "before = without")]  # fmt: skip
     rows = []
     for layer, st in r.grad_stats.items():
         a, b = st["after_scaling"], st["before_scaling"]
         rows.append((layer, *(f"{100 * d[k]:.2f}" for d in (a, b)
                               for k in ("zero", "subnormal", "overflow"))))  # fmt: skip
-    header: Sequence[str] = (
-        "layer",
-        "zero after",
-        "subnormal after",
-        "overflow after",
-        "zero before",
-        "subnormal before",
-        "overflow before",
-    )
-    lines.append(plain_table(header, rows))
+    header: Sequence[str] = ("layer", *(("zero", "subnormal", "overflow") * 2))
+    table = plain_table(header, rows)
+    head = table.splitlines()[0]
+    after = head.index("zero")
+    before = head.index("zero", after + 1)
+    lines += [f"{'':{after}}{'after':{before - after}}before", table]
     if r.fp8_trace:
         lines += ["", f"FP8 recipe {c['recipe']}: % of elements per step (mean), last scale"]
         rows = [(layer, role, *(f"{100 * np.mean([t[role][k] for t in recs]):.3f}"
                                 for k in ("saturated", "flushed", "subnormal")),
-                 f"{recs[-1][role]['scale']:g}")
+                 _scale(recs[-1][role]["scale"]))
                 for layer, recs in r.fp8_trace.items() for role in recs[-1]]  # fmt: skip
         lines.append(plain_table(("layer", "role", "saturated", "flushed", "subnormal",
                                   "scale"), rows))  # fmt: skip
+        if any(row[-1] == "-" for row in rows):
+            lines += para(f"scale -: {c['recipe']} scales blocks of elements, one scale "
+                          "each (no tensor scale)")
     return lines
+
+
+def _scale(value: float | str) -> str:
+    """A recipe's last per-tensor scale; ``-`` for a block-scaled recipe (no tensor scale: the
+    trace holds NaN, as a float or as JSON's string)."""
+    v = float(value)
+    return f"{v:g}" if math.isfinite(v) else "-"

@@ -5,7 +5,14 @@
 (:func:`fpemu.validate.compare_torch`). ``FACTORY`` is a function in ``FILE.py`` that takes no
 arguments and returns ``(model, inputs, targets)`` or ``(model, inputs, targets, options)``,
 ``options`` being a dict of :func:`~fpemu.validate.compare_torch` keyword arguments (the
-command-line flags given override it).
+command-line flags given override it). ``FILE.py``'s folder is put first on ``sys.path``, as
+``python FILE.py`` does, so modules beside it import.
+
+Stdout holds one thing: the rich table, or the one report asked for without FILE (``--json``
+alone: JSON that ``json.load`` reads). A report written to FILE is confirmed by one line on
+stderr. Output folders, and the flags of the other subcommand, are refused before anything
+runs; a factory that fails to import or raises, and torch refusing the model's data, are one
+line too (``fpemu --debug validate ...`` shows the traceback).
 
 Exit status: 0 when nothing differs (every difference explained, for ``model``), 1 when
 something does, 2 for bad arguments or when torch is not installed.
@@ -31,6 +38,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from fpemu.cli import output
 from fpemu.cli.errors import UsageError
 from fpemu.validate.suite import SECTIONS
 
@@ -125,21 +133,88 @@ def load_factory(target: str) -> Any:
                          "name, e.g. mymodel.py:make")  # fmt: skip
     if not Path(path).is_file():
         raise UsageError(f"FILE.py:FACTORY {target}: no file {path}")
+    folder = str(Path(path).resolve().parent)
+    if folder not in sys.path:  # as `python FILE.py` does: modules beside FILE.py import
+        sys.path.insert(0, folder)
     spec = importlib.util.spec_from_file_location(Path(path).stem, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except SyntaxError as exc:
+        raise UsageError(f"FILE.py:FACTORY {target}: {path} line {exc.lineno}: {exc.msg}"
+                         ) from exc  # fmt: skip
+    except Exception as exc:  # the user's module failed: say where, one line
+        raise UsageError(f"FILE.py:FACTORY {target}: importing {path} raised "
+                         f"{_one_line(exc)}") from exc  # fmt: skip
     factory = getattr(module, name, None)
     if not callable(factory):
         raise UsageError(f"FILE.py:FACTORY {target}: {path} has no function {name}")
     return factory
 
 
-def _write(text: str, where: Path) -> None:
+def _one_line(exc: BaseException) -> str:
+    """``TypeName: first line of the message``."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+def check_outputs(args: argparse.Namespace) -> None:
+    """Refuse, before anything runs, two reports on stdout and a file in a missing folder.
+
+    Raises:
+        UsageError: ``--json`` and ``--markdown`` both without FILE (stdout holds one format),
+            or a FILE whose folder does not exist.
+    """
+    if str(args.json) == "-" and str(args.markdown) == "-":
+        raise UsageError("--json --markdown: only one report on stdout; give one of them a "
+                         "FILE (--markdown report.md)")  # fmt: skip
+    output.writable("--json", args.json)
+    output.writable("--markdown", args.markdown)
+
+
+def check_flags(args: argparse.Namespace) -> None:
+    """Refuse the flags of the other framework (each is only read by one).
+
+    Raises:
+        UsageError: a ``(torch)`` flag with ``model`` or a ``(model)`` flag with ``torch``.
+    """
+    mine = args.framework
+    for flag, dest, owner in _FLAGS:
+        value = getattr(args, dest)
+        if owner != mine and value not in (None, False):
+            shown = f"{flag} {value}" if not isinstance(value, bool) else flag
+            if isinstance(value, list):
+                shown = f"{flag} {' '.join(value)}"
+            raise UsageError(f"{shown}: only for 'fpemu validate {owner}'; fpemu validate "
+                             f"{mine} --help lists its options")  # fmt: skip
+
+
+#: (flag, dest, the subcommand that reads it)
+_FLAGS = (("--quick", "quick", "torch"), ("--exhaustive", "exhaustive", "torch"),
+          ("--only", "only", "torch"), ("--steps", "steps", "model"),
+          ("--autocast", "autocast", "model"), ("--scaler", "scaler", "model"),
+          ("--optimizer", "optimizer", "model"), ("--lr", "lr", "model"),
+          ("--lockstep", "lockstep", "model"))  # fmt: skip
+
+
+def _write(text: str, where: Path, what: str) -> None:
     if str(where) == "-":
         print(text)
     else:
         where.write_text(text + "\n")
+        print(f"fpemu validate: wrote the {what} report to {where}", file=sys.stderr)
+
+
+def emit(report: Any, args: argparse.Namespace, **render: Any) -> None:
+    """The report on stdout (the rich table, or the one format asked for without FILE) and
+    the files asked for (one line on stderr each)."""
+    if "-" not in (str(args.json), str(args.markdown)):
+        report.render(output.console(), **render)
+    if args.json is not None:
+        _write(report.to_json(), args.json, "JSON")
+    if args.markdown is not None:
+        _write(report.to_markdown(), args.markdown, "markdown")
 
 
 def _training_options(args: argparse.Namespace, options: dict[str, Any]) -> dict[str, Any]:
@@ -204,27 +279,36 @@ def run_model(args: argparse.Namespace) -> int:
     if not args.target:
         raise UsageError("FILE.py:FACTORY (missing): accepted a Python file and a function "
                          "name, e.g. fpemu validate model mymodel.py:make")  # fmt: skip
-    made = load_factory(args.target)()
+    factory = load_factory(args.target)
+    try:
+        made = factory()
+    except Exception as exc:  # the user's function failed: one line (--debug: the traceback)
+        raise UsageError(f"FILE.py:FACTORY {args.target}: the function raised "
+                         f"{_one_line(exc)}") from exc  # fmt: skip
     if not isinstance(made, tuple) or len(made) not in (3, 4):
         raise UsageError(f"FILE.py:FACTORY {args.target}: the function returned "
                          f"{type(made).__name__}; accepted (model, inputs, targets"
                          "[, options])")  # fmt: skip
     options = made[3] if len(made) == 4 else {}
-    if type(made[0]).__module__.split(".")[0] == "keras":
-        report = _keras_report(args, made[:3], options)
-    else:
-        report = compare_torch(*made[:3], **_model_options(args, options))
-    if args.json is None and args.markdown is None:
-        report.render(only_differences=True)
-    if args.json is not None:
-        _write(report.to_json(), args.json)
-    if args.markdown is not None:
-        _write(report.to_markdown(), args.markdown)
+    try:
+        if type(made[0]).__module__.split(".")[0] == "keras":
+            report = _keras_report(args, made[:3], options)
+        else:
+            report = compare_torch(*made[:3], **_model_options(args, options))
+    except RuntimeError as exc:  # torch refused the model's inputs (shapes, dtypes, ...)
+        raise UsageError(f"FILE.py:FACTORY {args.target}: the framework refused the model or "
+                         f"its data: {_one_line(exc)} (fpemu --debug validate ... shows "
+                         "where)") from exc  # fmt: skip
+    emit(report, args, only_differences=True)
     return 0 if report.ok else 1
 
 
 def run(args: argparse.Namespace) -> int:
     """Run the checks; print the table; write the files asked for; return the exit status."""
+    if args.target is not None and args.framework != "model":
+        raise UsageError(f"FILE.py:FACTORY {args.target}: only 'fpemu validate model' takes one")
+    check_flags(args)  # bad invocations first: the same answer with or without torch
+    check_outputs(args)
     try:
         import torch  # noqa: F401, PLC0415
     except ImportError:
@@ -232,8 +316,6 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if args.framework == "model":
         return run_model(args)
-    if args.target is not None:
-        raise UsageError(f"FILE.py:FACTORY {args.target}: only 'fpemu validate model' takes one")
     from fpemu.validate.suite import validate_torch  # noqa: PLC0415
 
     report = validate_torch(
@@ -243,11 +325,7 @@ def run(args: argparse.Namespace) -> int:
         progress=True,
         training_steps=20 if args.quick else 60,
     )
-    report.render()
-    if args.json:
-        _write(report.to_json(), args.json)
-    if args.markdown:
-        _write(report.to_markdown(), args.markdown)
+    emit(report, args)
     return 0 if report.ok else 1
 
 

@@ -1,6 +1,7 @@
 """The mixed-precision experiment: where FP16 training fails, and what fixes it.
 
-Three configurations, five runs each, fixed seeds (:func:`run_experiment`):
+Three configurations, each trained in the eight runs listed below, with fixed seeds
+(:func:`run_experiment`):
 
 - ``digits``: scikit-learn's 8x8 digits (1437 train / 360 test images), MLP 64-64-10 with
   ReLU, SGD (lr 0.1, momentum 0.9), batch 64, cross-entropy.
@@ -31,6 +32,7 @@ baseline of genuine zeros (dead ReLUs), the excess over it is gradient flushed b
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -60,6 +62,7 @@ CONFIGS: dict[str, dict[str, Any]] = {
              "optimizer": "adam"},
 }  # fmt: skip
 
+#: The command that writes the docs page (the defaults: every configuration, 300 steps).
 COMMAND = "fpemu experiment --write docs/mixed-precision-experiment.md"
 
 
@@ -156,12 +159,40 @@ def run_experiment(
     return res
 
 
-def report(res: ExperimentResult, elapsed: float) -> str:
-    """The Markdown document ``docs/mixed-precision-experiment.md``."""
-    doc = (__doc__ or "").split(">>>")[0].strip()
-    cmd = COMMAND
-    if (res.steps, res.seed, res.acc_model) != (300, 0, "fast"):
-        cmd += f" --steps {res.steps} --seed {res.seed} --acc-model {res.acc_model}"
+def command(res: ExperimentResult, path: str = "docs/mixed-precision-experiment.md") -> str:
+    """The command line that reproduces ``res`` and writes its report to ``path``: the
+    configurations run (when not all of them) and every setting that is not the default.
+
+    >>> command(ExperimentResult(steps=5, seed=0, acc_model="fast",
+    ...                          rows=[Row("adam", "FP32", "fp32", "none", 1, 0, 0, 0, 0, 0)]))
+    'fpemu experiment --config adam --steps 5 --write docs/mixed-precision-experiment.md'
+    """
+    configs = list(dict.fromkeys(r.config for r in res.rows))
+    words = ["fpemu experiment"]
+    if configs != list(CONFIGS):
+        words += [f"--config {c}" for c in configs]
+    for flag, value, default in (("--steps", res.steps, 300), ("--seed", res.seed, 0),
+                                 ("--acc-model", res.acc_model, "fast")):  # fmt: skip
+        if value != default:
+            words.append(f"{flag} {value}")
+    return " ".join([*words, f"--write {path}"])
+
+
+def markdown_doc(text: str) -> str:
+    """A docstring as Markdown: ``x`` and :func:`x` become `x`.
+
+    >>> markdown_doc("``m / v`` with :func:`train` and ``2**-18``")
+    '`m / v` with `train` and `2**-18`'
+    """
+    text = re.sub(r":\w+:`~?([^`]+)`", r"`\1`", text)
+    return re.sub(r"``(.+?)``", r"`\1`", text)
+
+
+def report(res: ExperimentResult, elapsed: float,
+           path: str = "docs/mixed-precision-experiment.md") -> str:  # fmt: skip
+    """The Markdown document ``docs/mixed-precision-experiment.md`` (written to ``path``)."""
+    doc = markdown_doc((__doc__ or "").split(">>>")[0].strip())
+    cmd = command(res, path)
     return (
         "# Mixed-precision experiment\n\n"
         f"Reproduce with:\n\n```\n{cmd}\n```\n\n"

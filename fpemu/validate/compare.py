@@ -29,7 +29,7 @@ from fpemu.validate.audit import autocast_audit
 from fpemu.validate.checker import StepChecker, loss_value
 from fpemu.validate.from_torch import from_torch
 from fpemu.validate.lockstep import lockstep_step, sync_state
-from fpemu.validate.model_report import ModelReport
+from fpemu.validate.model_report import ModelReport, native
 from fpemu.validate.torch_run import TorchTrainer, to_np
 from fpemu.validate.update_checks import apply_update
 
@@ -166,9 +166,9 @@ def compare_torch(
     scaler = get_scaler("torch", **kw) if grad_scaler is not None else get_scaler("none")
     report = ModelReport(settings={
         "model": type(model).__name__, "mode": mode, "policy": pol.name,
-        "autocast": repr(autocast),
-        "grad_scaler": repr(grad_scaler), "loss": loss, "optimizer": optimizer,
-        "hyperparameters": repr(hyper), "steps": steps,
+        "autocast": native(autocast),
+        "grad_scaler": native(grad_scaler), "loss": loss, "optimizer": optimizer,
+        "hyperparameters": native(hyper), "steps": steps,
         "torch": f"{trainer.torch.__version__} ({trainer.torch.backends.cpu.get_cpu_capability()}, "
                  f"{trainer.torch.get_num_threads()} threads)"})  # fmt: skip
     if audit:

@@ -35,7 +35,7 @@ from fpemu.validate.checker import StepChecker, loss_value
 from fpemu.validate.from_keras import from_keras
 from fpemu.validate.keras_checks import import_keras
 from fpemu.validate.keras_ops import KerasAdam, KerasSGD
-from fpemu.validate.model_report import ModelReport
+from fpemu.validate.model_report import ModelReport, native
 from fpemu.validate.torch_run import TorchStep, to_np
 from fpemu.validate.update_checks import apply_update
 
@@ -253,8 +253,8 @@ def compare_keras(
               else get_scaler("none"))  # fmt: skip
     report = ModelReport(title="compare_keras", settings={
         "model": type(model).__name__, "policy": pol.name, "dtype_policy": dtype_policy,
-        "loss_scale": repr(loss_scale), "loss": loss, "optimizer": f"keras {optimizer}",
-        "hyperparameters": repr(hyper), "steps": steps,
+        "loss_scale": native(loss_scale), "loss": loss, "optimizer": f"keras {optimizer}",
+        "hyperparameters": native(hyper), "steps": steps,
         "keras": f"{trainer.keras.__version__} (torch {trainer.torch.__version__})"})  # fmt: skip
     for s in range(steps):
         before = {n: p.data.copy() for n, p in twin.named_parameters()}

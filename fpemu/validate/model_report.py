@@ -125,6 +125,30 @@ _ORD16 = np.where(np.arange(1 << 16) >= 1 << 15, (1 << 15) - np.arange(1 << 16),
                   np.arange(1 << 16)).astype(np.int32)  # fmt: skip
 
 
+def native(v: Any) -> Any:
+    """``v`` as JSON-native data for a report's settings: tuples as lists, a framework dtype
+    (torch.bfloat16, a numpy dtype) as its name, None, numbers, strings and bools as they are,
+    anything else as its ``str``.
+
+    >>> native(("cpu", np.dtype("float16"))), native({"betas": (0.9, 0.999), "x": None})
+    (['cpu', 'float16'], {'betas': [0.9, 0.999], 'x': None})
+    """
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return v
+    if isinstance(v, dict):
+        return {str(k): native(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [native(x) for x in v]
+    if isinstance(v, np.dtype) or type(v).__name__ == "dtype":  # numpy, torch
+        return str(v).removeprefix("torch.")
+    return str(v)
+
+
+def _setting(v: Any) -> str:
+    """A setting in markdown: strings as they are, other values as JSON."""
+    return v if isinstance(v, str) else json.dumps(v)
+
+
 def _value(v: Any) -> str:
     return repr(float(v))
 
@@ -270,7 +294,7 @@ class ModelReport:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready data (non-finite floats as strings)."""
         out: dict[str, Any] = jsonable({
-            "title": self.title, "settings": self.settings, "exact": self.exact, "ok": self.ok,
+            "title": self.title, "settings": native(self.settings), "exact": self.exact, "ok": self.ok,
             "summary": self.summary(), "trace": self.trace,
             "checks": [asdict(c) for c in self.checks], "audit": self.audit})  # fmt: skip
         return out
@@ -298,7 +322,7 @@ class ModelReport:
     def to_markdown(self, *, only_differences: bool = False) -> str:
         """A markdown section: settings, summary, one table row per tensor."""
         lines = [f"## {self.title}", ""]
-        lines += [f"- {k}: {v}" for k, v in self.settings.items()]
+        lines += [f"- {k}: {_setting(v)}" for k, v in self.settings.items()]
         lines += ["", self.summary(), ""]
         rows = self.rows(only_differences=only_differences)
         if rows:
@@ -314,20 +338,41 @@ class ModelReport:
         return "\n".join(lines)
 
     def render(self, console: Any = None, *, only_differences: bool = False) -> None:
-        """Print the report as a rich table."""
-        from rich.console import Console  # noqa: PLC0415 - display only
+        """Print the report as a rich table.
+
+        Narrower than 120 columns the format and note columns leave the table: each row with
+        a note (or two formats) gets a number, and the notes follow as numbered paragraphs.
+        """
+        from rich import box  # noqa: PLC0415 - display only
+        from rich.console import Console  # noqa: PLC0415
         from rich.table import Table  # noqa: PLC0415
 
+        from fpemu.validate.report import _hanging  # noqa: PLC0415
+
         con = console if console is not None else Console()
-        table = Table(title=self.title)
-        rows = self.rows(only_differences=only_differences)
-        for col in ("step", "kind", "tensor", "format", "identical", "max ulps", "cause", "note"):
-            table.add_column(col, overflow="fold")
-        for r in rows:
+        narrow = con.width < 120
+        table = Table(title=self.title, box=box.SIMPLE_HEAD, pad_edge=False)
+        cols = ("step", "kind", "tensor", "identical", "ulps", "cause", "note") if narrow else \
+            ("step", "kind", "tensor", "format", "identical", "max ulps", "cause", "note")  # fmt: skip
+        for col in cols:
+            table.add_column(col, no_wrap=col in ("step", "identical", "ulps", "max ulps")
+                             or (narrow and col == "note"))  # fmt: skip
+        notes: list[str] = []
+        for r in self.rows(only_differences=only_differences):
             style = "green" if r["cause"] == "exact" else "yellow"
-            table.add_row(r["step"], r["kind"], r["tensor"], r["format"], r["identical"],
-                          r["max ulps"], f"[{style}]{r['cause']}[/]", r["note"])  # fmt: skip
-        con.print(table)
+            cells = {**r, "ulps": r["max ulps"], "cause": f"[{style}]{r['cause']}[/]"}
+            if narrow:  # the note by number; rows with the same note share it
+                t_fmt, _, f_fmt = r["format"].partition("/")
+                both = f"torch {t_fmt}, fpemu {f_fmt}" if f_fmt and f_fmt != t_fmt else ""
+                note = "; ".join(x for x in (both, r["note"]) if x)
+                if note and note not in notes:
+                    notes.append(note)
+                cells["note"] = str(notes.index(note) + 1) if note else ""
+            table.add_row(*(cells[c] for c in cols))
+        if table.row_count:  # nothing to list (only differences, none): the summary says so
+            con.print(table)
+        for i, note in enumerate(notes, 1):
+            con.print(_hanging(f"{i}. {note}", con.width), markup=False, highlight=False)
         con.print(self.summary())
 
 

@@ -152,21 +152,57 @@ class Report:
         return "\n".join(lines)
 
     def render(self, console: Any = None) -> None:
-        """Print the report as a rich table (to ``console``, default: a new stdout console)."""
-        from rich.console import Console  # noqa: PLC0415 - rich is only needed for display
+        """Print the report as a rich table (to ``console``, default: a new stdout console).
+
+        Narrower than 120 columns, the table has no notes column: each row with a witness or a
+        note gets a number, and the notes follow the table as numbered paragraphs, so that no
+        cell wraps word by word and no word is cut.
+
+        >>> import io
+        >>> from rich.console import Console
+        >>> con = Console(file=io.StringIO(), width=80)
+        >>> r = Report(title="demo")
+        >>> r.add(CheckResult("casts", "float32 -> float16", "finding", 3, notes=["why " * 30]))
+        >>> r.render(con)
+        >>> out = con.file.getvalue()
+        >>> max(map(len, out.splitlines())) <= 80, "1. why why" in out
+        (True, True)
+        """
+        from rich import box  # noqa: PLC0415 - rich is only needed for display
+        from rich.console import Console  # noqa: PLC0415
         from rich.table import Table  # noqa: PLC0415
 
         con = console if console is not None else Console()
-        table = Table(title=self.title, show_lines=False)
-        for col in ("group", "check", "status", "n", "first difference / notes"):
-            table.add_column(col, overflow="fold")
+        narrow = con.width < 120
+        table = Table(title=self.title, box=box.SIMPLE_HEAD, pad_edge=False)
+        for col in ("group", "check", "status", "n"):
+            table.add_column(col, no_wrap=col in ("status", "n"))
+        table.add_column("note" if narrow else "first difference / notes",
+                         no_wrap=narrow, overflow="fold")  # fmt: skip
         colour = {"agree": "green", "finding": "yellow", "differ": "bold red", "skipped": "dim"}
+        notes: list[str] = []
         for r in self.results:
             status = f"[{colour[r.status]}]{r.status}[/]"
-            table.add_row(r.group, r.name, status, str(r.compared), r.detail(), style=None)
+            detail = r.detail()
+            if narrow and detail:  # by number; rows with the same detail share it
+                if detail not in notes:
+                    notes.append(detail)
+                detail = str(notes.index(detail) + 1)
+            table.add_row(r.group, r.name, status, str(r.compared), detail, style=None)
         con.print(table)
+        for i, note in enumerate(notes, 1):
+            con.print(_hanging(f"{i}. {note}", con.width), markup=False, highlight=False)
         c = self.counts()
         con.print(", ".join(f"{s}: {c[s]}" for s in STATUSES))
+
+
+def _hanging(text: str, width: int) -> str:
+    """``text`` wrapped at ``width`` with its continuation lines indented under its first word
+    after the number (``"12. "``)."""
+    import textwrap  # noqa: PLC0415
+
+    indent = " " * (text.index(" ") + 1)
+    return textwrap.fill(text, width=width, subsequent_indent=indent, break_on_hyphens=False)
 
 
 def _rows_markdown(rows: list[dict[str, Any]]) -> list[str]:

@@ -169,7 +169,10 @@ def run_campaign(
     run: dict[str, Any] = {"scheduler": kind, "cases_run": cases, "wall_seconds": round(wall, 3)}
     if kind != "distributed":  # the work ran in this process: its CPU time is the cost
         cpu = time.process_time() - cpu0
-        run.update(cpu_seconds=round(cpu, 3), cases_per_cpu_second=round(cases / cpu) if cpu else 0)
+        rate = round(cases / cpu) if cases and cpu > 0 else None
+        run.update(cpu_seconds=round(cpu, 3), cases_per_cpu_second=rate)
+        if rate is None:  # a rerun whose chunks were all in the results folder: no rate
+            run["rate_note"] = "no case ran in this invocation (every chunk was recorded)"
     rep.extra.update(run)
     return rep
 

@@ -1,0 +1,7 @@
+"""``python -m fpemu``: the same as the ``fpemu`` command."""
+
+import sys
+
+from fpemu.cli import main
+
+sys.exit(main())
