@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from fpemu.validate.ops import Call, Out, bounded, exact, register
-from fpemu.validate.ops._num import LOW, fmt, to
+from fpemu.validate.ops._num import fmt, to
 
 __all__ = ["gemm"]
 
