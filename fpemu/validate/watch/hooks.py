@@ -7,6 +7,10 @@
   block (``step`` calls the optimizer inside: those ops are ``optimizer``); each call is also an
   event for the procedure checks (scale value, found-inf, skipped steps, a new scaler).
 
+Keras 3 on the torch backend: ``Optimizer.apply`` is ``optimizer`` (and ends a step),
+``LossScaleOptimizer.apply``/``scale_loss`` are ``scaler``, and ``Layer.__call__`` names the
+module (the layer names from the model down, dotted).
+
 Everything is restored when the block ends, also on an exception.
 """
 
@@ -14,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -80,8 +85,51 @@ def phase_hooks(w: Any) -> Iterator[None]:
         for attr in ("clip_grad_norm_", "clip_grad_value_"):
             if hasattr(mod, attr):
                 _wrap(mod, attr, in_phase("optimizer", f"clip.{attr}"), undo)
+    if _keras_on_torch():
+        _keras_hooks(w, in_phase, undo)
     try:
         yield
     finally:
         for fn in reversed(undo):
             fn()
+
+
+def _keras_on_torch() -> bool:
+    """Keras 3 is imported and runs on the torch backend (its ops are then ATen ops)."""
+    keras = sys.modules.get("keras")
+    return keras is not None and keras.config.backend() == "torch"
+
+
+def _keras_hooks(w: Any, in_phase: Callable[..., Any], undo: list[Callable[[], None]]) -> None:
+    """Keras's optimizer and LossScaleOptimizer calls are phases; layers name the module."""
+    from keras.src.optimizers.base_optimizer import BaseOptimizer  # noqa: PLC0415
+    from keras.src.optimizers.loss_scale_optimizer import LossScaleOptimizer  # noqa: PLC0415
+    import keras  # noqa: PLC0415
+
+    def stepping(fn: Any) -> Any:
+        inner = in_phase("optimizer")(fn)
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            result = inner(*args, **kwargs)
+            w.end_step()
+            return result
+
+        return wrapper
+
+    _wrap(BaseOptimizer, "apply", stepping, undo)
+    for attr in ("apply", "scale_loss"):
+        _wrap(LossScaleOptimizer, attr, in_phase("scaler", f"keras.{attr}"), undo)
+
+    def layer_call(fn: Any) -> Any:
+        @functools.wraps(fn)
+        def wrapper(layer: Any, *args: Any, **kwargs: Any) -> Any:
+            w.keras_path.append(layer.name)
+            try:
+                return fn(layer, *args, **kwargs)
+            finally:
+                w.keras_path.pop()
+
+        return wrapper
+
+    _wrap(keras.Layer, "__call__", layer_call, undo)

@@ -11,6 +11,8 @@ prescribed when
 * forward (and optimizer/scaler ops outside autocast are never prescribed one): autocast is
   enabled (``torch.autocast``, read at the latest torch-function call) with that dtype as its
   fast dtype, or the declared policy (``watch(policy=...)``) computes or stores parameters in it;
+  for Keras 3 on torch the declared policy is Keras's global dtype policy
+  (``mixed_bfloat16`` computes in bfloat16: its layers cast their inputs themselves);
 * backward: the op runs in a built-in autograd node (torch's own backward mirrors the forward's
   dtypes: ``ToCopyBackward0`` narrows back what a forward cast widened). Inside the backward of a
   custom ``torch.autograd.Function`` a new low dtype is the Function's own choice: ``policy``.
@@ -46,7 +48,11 @@ class PolicyCheck:
             names = {p.compute.name, p.param.name, (p.master or p.param).name}
             names.add(p.grad.name if p.grad is not None else p.param.name)
             self.declared = frozenset(names & LOW_DTYPES)
-        self.half_params = "float16" in self.declared
+        keras_low = _keras_compute()
+        if policy is None and keras_low:
+            self.name = f"Keras dtype policy (compute {keras_low})"
+            self.declared = frozenset({keras_low})
+        self.half_params = "float16" in self.declared and policy is not None
         self.autocast: tuple[bool, str] = (False, "")
 
     def allowed(self, phase: str, node: Any) -> frozenset[str]:
@@ -84,6 +90,17 @@ class PolicyCheck:
             f"{name} brings {', '.join(bad)} into the computation {where} "
             f"({ac}; policy: {self.name})"
         )
+
+
+def _keras_compute() -> str:
+    """The low compute dtype of Keras's global dtype policy when Keras runs on torch, else ""."""
+    import sys  # noqa: PLC0415
+
+    keras = sys.modules.get("keras")
+    if keras is None or keras.config.backend() != "torch":
+        return ""
+    name = str(keras.config.dtype_policy().compute_dtype)
+    return name if name in LOW_DTYPES else ""
 
 
 def autocast_state() -> tuple[bool, str]:

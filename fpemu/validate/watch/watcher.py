@@ -94,6 +94,7 @@ class Watcher:
         self._stepped = False
         self._tracker: Any = None
         self._internal = 0
+        self.keras_path: list[str] = []
         self.seconds = 0.0
 
     # -- where an op runs -------------------------------------------------------------------
@@ -107,6 +108,8 @@ class Watcher:
 
     def module(self) -> str:
         """The innermost module the tracker says is running, as a dotted path ("" for none)."""
+        if self.keras_path:
+            return ".".join(self.keras_path[1:])
         if self._tracker is None:
             return ""
         parents = [p for p in self._tracker.parents if p != "Global"]
