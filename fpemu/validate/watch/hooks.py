@@ -102,9 +102,9 @@ def _keras_on_torch() -> bool:
 
 def _keras_hooks(w: Any, in_phase: Callable[..., Any], undo: list[Callable[[], None]]) -> None:
     """Keras's optimizer and LossScaleOptimizer calls are phases; layers name the module."""
+    import keras  # noqa: PLC0415
     from keras.src.optimizers.base_optimizer import BaseOptimizer  # noqa: PLC0415
     from keras.src.optimizers.loss_scale_optimizer import LossScaleOptimizer  # noqa: PLC0415
-    import keras  # noqa: PLC0415
 
     def stepping(fn: Any) -> Any:
         inner = in_phase("optimizer")(fn)
