@@ -20,14 +20,20 @@ import numpy as np
 
 from fpemu.validate.ops._num import dtype as np_dtype
 
-__all__ = ["dtype_name", "from_numpy", "to_numpy", "tree_to_numpy"]
+__all__ = ["dtype_name", "from_numpy", "tensor_dtypes", "to_numpy", "tree_to_numpy"]
 
 _VIEW = {"bfloat16": "int16", "float8_e4m3fn": "uint8", "float8_e5m2": "uint8"}
 
 
+_NAMES: dict[Any, str] = {}
+
+
 def dtype_name(dt: Any) -> str:
     """``torch.bfloat16`` -> ``"bfloat16"``."""
-    return str(dt).removeprefix("torch.")
+    name = _NAMES.get(dt)
+    if name is None:
+        name = _NAMES[dt] = str(dt).removeprefix("torch.")
+    return name
 
 
 def to_numpy(t: Any, *, copy: bool = False) -> np.ndarray:
@@ -68,13 +74,38 @@ def tree_to_numpy(obj: Any, *, copy_ids: frozenset[int] = frozenset()) -> Any:
     Tensors whose ``id`` is in ``copy_ids`` are copied (an in-place op will overwrite them).
     """
     import torch  # noqa: PLC0415
-    from torch.utils._pytree import tree_map  # noqa: PLC0415
 
-    def one(x: Any) -> Any:
-        if isinstance(x, torch.Tensor):
+    tensor, dtype = torch.Tensor, torch.dtype
+
+    def one(x: Any) -> Any:  # a plain recursion: ATen arguments nest lists at most once
+        if isinstance(x, tensor):
             return to_numpy(x, copy=id(x) in copy_ids)
-        if isinstance(x, torch.dtype):
+        if isinstance(x, (list, tuple)):
+            return type(x)(one(v) for v in x)
+        if isinstance(x, dict):
+            return {k: one(v) for k, v in x.items()}
+        if isinstance(x, dtype):
             return dtype_name(x)
         return x
 
-    return tree_map(one, obj)
+    return one(obj)
+
+
+def tensor_dtypes(obj: Any) -> list[str]:
+    """The dtype names of every tensor inside ``obj`` (tuples, lists, dicts), in order."""
+    import torch  # noqa: PLC0415
+
+    out: list[str] = []
+
+    def walk(x: Any) -> None:
+        if isinstance(x, torch.Tensor):
+            out.append(dtype_name(x.dtype))
+        elif isinstance(x, (list, tuple)):
+            for v in x:
+                walk(v)
+        elif isinstance(x, dict):
+            for v in x.values():
+                walk(v)
+
+    walk(obj)
+    return out

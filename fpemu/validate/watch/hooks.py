@@ -22,6 +22,8 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from fpemu.validate.watch.policy import autocast_state
+
 __all__ = ["phase_hooks"]
 
 
@@ -75,6 +77,19 @@ def phase_hooks(w: Any) -> Iterator[None]:
         return make
 
     _wrap(torch.optim.Optimizer, "zero_grad", in_phase("optimizer"), undo)
+
+    def noting_autocast(fn: Any) -> Any:  # the policy check reads autocast's state from here:
+        @functools.wraps(fn)  # inside autocast's own redispatch the state reads as disabled
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            result = fn(*args, **kwargs)
+            w.policy.autocast = autocast_state()
+            return result
+
+        return wrapper
+
+    for attr in ("__enter__", "__exit__"):
+        _wrap(torch.amp.autocast_mode.autocast, attr, noting_autocast, undo)
+    w.policy.autocast = autocast_state()
     for attr in ("scale", "unscale_", "step", "update"):
         _wrap(GradScaler, attr, in_phase("scaler", f"scaler.{attr}"), undo)
     _wrap(GradScaler, "__init__", in_phase("scaler", "scaler.init"), undo)

@@ -9,8 +9,9 @@ in, once. An introduction is
 prescribed when
 
 * forward (and optimizer/scaler ops outside autocast are never prescribed one): autocast is
-  enabled (``torch.autocast``, read at the latest torch-function call) with that dtype as its
-  fast dtype, or the declared policy (``watch(policy=...)``) computes or stores parameters in it;
+  enabled (``torch.autocast``, read each time an autocast block is entered or left) with that
+  dtype as its fast dtype, or the declared policy (``watch(policy=...)``) computes or stores
+  parameters in it;
   for Keras 3 on torch the declared policy is Keras's global dtype policy
   (``mixed_bfloat16`` computes in bfloat16: its layers cast their inputs themselves);
 * backward: the op runs in a built-in autograd node (torch's own backward mirrors the forward's
@@ -70,13 +71,11 @@ class PolicyCheck:
         self, row: dict[str, Any], name: str, args: Any, kwargs: Any, outs: list[Any], w: Any
     ) -> None:
         """Set ``row``'s verdict to ``policy`` if the op introduces a low dtype not prescribed."""
-        import torch  # noqa: PLC0415
-
         ins = set(row["in_dtypes"])
         new = set(row["out_dtypes"]) & LOW_DTYPES - ins
         if not new or not ins & _FLOATS:
             return
-        bad = sorted(new - self.allowed(row["phase"], torch._C._current_autograd_node()))
+        bad = sorted(new - self.allowed(row["phase"], w.node))
         if not bad or row["verdict"] == "differs":
             return
         where = {

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from fpemu.validate.ops import Call, lookup
-from fpemu.validate.watch.convert import dtype_name, to_numpy, tree_to_numpy
+from fpemu.validate.watch.convert import dtype_name, tensor_dtypes, to_numpy, tree_to_numpy
 from fpemu.validate.watch.schema import outputs as op_outputs
 from fpemu.validate.watch.schema import written_ids
 from fpemu.validate.watch.verdict import Judged, judge
@@ -95,14 +95,16 @@ class Watcher:
         self._tracker: Any = None
         self._internal = 0
         self.keras_path: list[str] = []
+        self.node: Any = None  # the autograd node running the current op (backward only)
+        import torch  # noqa: PLC0415
+
+        self._current_node = torch._C._current_autograd_node
         self.seconds = 0.0
 
     # -- where an op runs -------------------------------------------------------------------
     def phase(self) -> str:
         """The phase of the op being dispatched now."""
-        import torch  # noqa: PLC0415
-
-        if torch._C._current_autograd_node() is not None:
+        if self._current_node() is not None:
             return "backward"
         return self._phases[-1] if self._phases else "forward"
 
@@ -154,7 +156,10 @@ class Watcher:
         if self._internal or name in _SKIP or name.startswith(_SKIP_NS):
             return func(*args, **kwargs)
         t0 = time.perf_counter()
-        phase = self.phase()
+        self.node = self._current_node()
+        phase = (
+            "backward" if self.node is not None else self._phases[-1] if self._phases else "forward"
+        )
         if phase == "forward" and self._stepped:
             self.step += 1
             self._stepped = False
@@ -182,13 +187,8 @@ class Watcher:
     def _row(
         self, name: str, phase: str, args: Any, kwargs: Any, outs: list[Any]
     ) -> dict[str, Any]:
-        import torch  # noqa: PLC0415
-        from torch.utils._pytree import tree_leaves  # noqa: PLC0415
-
-        node = torch._C._current_autograd_node()
-        ins = [
-            dtype_name(t.dtype) for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)
-        ]
+        node = self.node
+        ins = tensor_dtypes(args) + (tensor_dtypes(kwargs) if kwargs else [])
         return {
             "step": self.step,
             "phase": phase,
@@ -263,9 +263,9 @@ class Watcher:
         from torch.utils.module_tracker import ModuleTracker  # noqa: PLC0415
 
         from fpemu.validate.watch.hooks import phase_hooks  # noqa: PLC0415
-        from fpemu.validate.watch.mode import AutocastMode, WatchMode  # noqa: PLC0415
+        from fpemu.validate.watch.mode import WatchMode  # noqa: PLC0415
 
         self._tracker = ModuleTracker()
-        with self._tracker, phase_hooks(self), AutocastMode(self), WatchMode(self):
+        with self._tracker, phase_hooks(self), WatchMode(self):
             yield self
         self.procedure.finish(self)
