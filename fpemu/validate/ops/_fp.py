@@ -1,0 +1,142 @@
+"""Float32 building blocks of torch's CPU kernels: a correctly rounded fused multiply-add, Python
+scalars converted the way ATen converts them, and the libm/Sleef/MKL candidate sets that bound a
+transcendental's float32 result.
+
+Why candidates, not a fixed ulp bound of the exact value: a kernel evaluates a formula in float32
+around its transcendental call (``0.5*x*(1+tanh(u))``); where that evaluation cancels, a one-ulp
+change of ``tanh`` moves the result by many ulps of the result. So the emulation evaluates the
+kernel's own float32 formula at every float32 value the transcendental may have returned (or at
+the two ends, where the formula is monotone in it) and reports the hull.
+
+>>> import numpy as np
+>>> fma32(np.float32([1 + 2**-23]), np.float32([1 - 2**-23]), np.float32([-1.0])).tolist()
+[-1.4210854715202004e-14]
+>>> [float(c[0]) for c in candidates(np.float64([1.0]), 1)]
+[0.9999999403953552, 1.0, 1.0000001192092896]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from fpemu.validate.ops import Out, bounded
+from fpemu.validate.ops._num import LOW, to
+
+__all__ = ["K_LIBM", "candidates", "fma", "fma32", "hull_out", "monotone", "scalar"]
+
+#: ulps within which torch's float32 transcendental lies from the exact value. Sources: Sleef's
+#: ``*_u10`` functions (the AVX2/AVX512 ``Vectorized<float>``) are documented at most 1.0 ulp;
+#: MKL VML in ``VML_HA`` mode (torch's ``vml.h``) at most 1 ulp; glibc's float functions (the
+#: scalar tails and ``ATEN_CPU_CAPABILITY=default``) at most 2 ulps in its manual's table of known
+#: maximum errors (x86_64: ``tanhf`` 2). One bound covering the three.
+K_LIBM = 2
+
+
+def fma32(a: Any, b: Any, c: Any) -> np.ndarray:
+    """``a*b + c`` rounded once to float32 (the SIMD ``vfmadd``), for float32 arrays.
+
+    The product is exact in float64 (48 bits); the float64 sum is made round-to-odd (its TwoSum
+    error decides the sticky bit), and round-to-odd at 53 bits then RNE at 24 bits is the correct
+    rounding of the exact value.
+    """
+    p = np.asarray(a, np.float64) * np.asarray(b, np.float64)
+    cc = np.asarray(c, np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        s = p + cc
+        bv = s - p
+        err = (p - (s - bv)) + (cc - bv)
+        fix = np.isfinite(s) & (err != 0) & ((s.view(np.int64) & 1) == 0)
+        if fix.any():
+            s = np.where(fix, np.nextafter(s, np.where(err > 0, np.inf, -np.inf)), s)
+    return np.asarray(s.astype(np.float32))
+
+
+def fma(a: Any, b: Any, c: Any) -> np.ndarray:
+    """``a*b + c`` rounded once in ``a``'s dtype (float32 via :func:`fma32`; float64 exactly is
+    not available in NumPy, so float64 falls back to two roundings, which the callers bound)."""
+    if np.asarray(a).dtype == np.float64:
+        return np.asarray(np.asarray(a) * b + c)
+    return fma32(a, b, c)
+
+
+def scalar(v: Any, compute: np.dtype[Any]) -> Any:
+    """A Python scalar (or 0-d array) as ATen's kernel sees it: ``double -> opmath`` (one RNE
+    rounding from the double to float32), bools and ints converted exactly where representable."""
+    return np.asarray(float(v), np.float64).astype(compute)[()]
+
+
+def candidates(value64: Any, k: int = K_LIBM, dt: Any = np.float32) -> list[np.ndarray]:
+    """The float values (dtype ``dt``) within ``k`` steps of ``value64`` rounded to ``dt``: every
+    value a function documented within ``k`` ulps of ``value64`` may return (``value64`` being
+    float64-accurate). Ordered from the lowest to the highest."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        rn = np.asarray(value64).astype(dt)
+    down = [rn]
+    up: list[np.ndarray] = []
+    lo = hi = rn
+    for _ in range(k):
+        lo = np.nextafter(lo, dt(-np.inf)).astype(dt)
+        hi = np.nextafter(hi, dt(np.inf)).astype(dt)
+        down.insert(0, lo)
+        up.append(hi)
+    return down + up
+
+
+def hull_out(
+    value: np.ndarray,
+    evals: Sequence[np.ndarray],
+    name: str,
+    reason: str,
+) -> Out:
+    """An :class:`Out` for ``value`` (the float32/float64 evaluation with the transcendental
+    correctly rounded) admitting every result in ``evals`` (the same evaluation at the other
+    admissible transcendental values), rounded to the output format ``name``.
+
+    The interval is given on already rounded values (RNE is monotone, so the kernel's result is
+    between the roundings of the lowest and highest evaluation); ``judge``'s outward rounding
+    leaves representable ends unchanged, so a one-ulp fault outside the hull is caught.
+    """
+    stack = np.stack([np.asarray(e, np.float64) for e in evals])
+    nans = np.isnan(stack)
+    allnan, somenan = nans.all(axis=0), nans.any(axis=0) & ~nans.all(axis=0)
+    with np.errstate(invalid="ignore"):
+        lo, hi = np.fmin.reduce(stack, axis=0), np.fmax.reduce(stack, axis=0)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return _hull(value, lo, hi, allnan, somenan, name, reason)
+
+
+def _hull(value: np.ndarray, lo: np.ndarray, hi: np.ndarray, allnan: np.ndarray,
+          somenan: np.ndarray, name: str, reason: str) -> Out:  # fmt: skip
+    out = to(value, name)
+    if name in LOW:
+        lo = to(lo, name).astype(np.float64)
+        hi = to(hi, name).astype(np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        center = np.where(lo == hi, lo, lo / 2 + hi / 2)
+        err = np.where(lo == hi, 0.0, hi / 2 - lo / 2)
+    # all evaluations NaN: torch's must be NaN; some NaN (an inf-inf at one end): not judged
+    center = np.where(allnan, np.nan, center)
+    err = np.where(somenan, np.inf, err)
+    return bounded(out, err, reason, center=center)
+
+
+def monotone(
+    f: Callable[..., np.ndarray], args: Sequence[np.ndarray], cands: Sequence[list[np.ndarray]]
+) -> list[np.ndarray]:
+    """``f(*args, *t)`` at each corner of the candidate boxes ``cands`` (first, middle, last of
+    each list): enough where ``f``'s float evaluation is monotone in each transcendental."""
+    pts: list[list[np.ndarray]] = [[c[0], c[len(c) // 2], c[-1]] for c in cands]
+    out: list[np.ndarray] = []
+
+    def rec(i: int, chosen: list[np.ndarray]) -> None:
+        if i == len(pts):
+            out.append(f(*args, *chosen))
+            return
+        for p in pts[i]:
+            rec(i + 1, [*chosen, p])
+
+    rec(0, [])
+    return out
