@@ -1,0 +1,279 @@
+"""Emulations of torch's CPU normalisation kernels: layer norm (forward exact, backward bounded)
+and batch norm.
+
+torch 2.13 CPU ``native_layer_norm`` (``layer_norm_kernel.cpp`` + ``moments_utils.h``), measured:
+
+* mean and variance come from ``RowwiseMoments``: a Welford update per SIMD lane over chunks of
+  16 vectors (``m1 += delta / (j + 1)``, ``m2 += delta * (x - m1)``), chunk results merged by a
+  cascade (binary counter) with ``AddMomentsVec``, the elements past the last whole vector by a
+  scalar Welford loop, then the 8 lanes merged into it by ``AddMoments``. The lanes are 8 float32
+  on every capability (a bfloat16/float16 vector is 16 elements, split into two float halves,
+  each merged in turn). The ``default`` build rounds every operation; the SIMD builds (avx2,
+  avx512) fuse the ``fmadd`` calls, the scalar ``AddMoments`` products into the adds, and the
+  output expressions; the scalar tail loop is fused only in the float16 instantiation.
+* ``rstd = 1 / sqrt(var + eps)`` in float32 (``eps`` rounded to float32).
+* float32: ``y = ((x - mean) * rstd) * gamma + beta``; bfloat16/float16 (with float32 or
+  low-precision weights): ``y = (x * rstd + (-rstd * mean)) * gamma + beta`` in float32,
+  rounded once to the input format; mean/rstd are stored in the weights' format.
+
+Because x - mean cancels, torch's float32 result can be far (E5: 71,877 ulp) from the correctly
+rounded layer norm; this emulation reproduces the kernel's rounding sequence instead, and the
+tests prove bit equality on all three capabilities.
+
+``native_layer_norm_backward`` sums over a row (SIMD lanes then a shuffle tree) and over rows
+per thread (the partition depends on the thread count, and a bfloat16 input accumulates the
+weight gradient in bfloat16): its outputs are bounded; the bounds are derived below.
+
+>>> import numpy as np
+>>> from fpemu.validate.ops import Call, lookup
+>>> x = np.float32([[1.0, 2.0, 3.0, 4.0]])
+>>> call = Call("aten.native_layer_norm.default", (x, [4], None, None, 1e-5), {},
+...             ("float32", "float32", "float32"), capability="avx2")
+>>> y, mean, rstd = lookup("aten.native_layer_norm.default")(call)
+>>> mean.value.tolist(), y.exact
+([[2.5]], True)
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from fpemu.validate.ops import Call, Out, bounded, exact, register
+from fpemu.validate.ops._fma import U32, gamma, mad
+from fpemu.validate.ops._num import to
+
+__all__ = ["layer_norm", "layer_norm_backward", "row_moments"]
+
+_F = np.float32
+_LANES = 8  # float32 lanes of the Vectorized accumulators (measured on avx512, avx2, default)
+_CHUNK = 16  # kChunkSize in moments_utils.h
+
+
+def _ceil_log2(m: int) -> int:
+    return 1 if m <= 2 else (m - 1).bit_length()
+
+
+def _add_vec(m0a: int, m1a: np.ndarray, m2a: np.ndarray, st: list[Any], fused: bool) -> None:
+    """``AddMomentsVec``: merge (m0a, m1a, m2a) into the stack entry ``st`` in place."""
+    n = st[0] + m0a
+    c = _F(0) if n == 0 else _F(m0a) / _F(n)
+    delta = (m1a - st[1]).astype(_F)
+    m2_tmp = (st[2] + m2a).astype(_F)
+    c_delta = (c * delta).astype(_F)
+    m0_delta = (delta * _F(st[0])).astype(_F)
+    st[1] = (st[1] + c_delta).astype(_F)
+    st[2] = mad(m0_delta, c_delta, m2_tmp, fused=fused)
+    st[0] = n
+
+
+def _chunk_welford(v: np.ndarray, counts: np.ndarray, fused: bool) -> tuple[Any, Any]:
+    """Welford over the vectors of every chunk at once: ``v`` is (M, chunks, 16, 8)."""
+    rows, chunks = v.shape[0], v.shape[1]
+    m1 = np.zeros((rows, chunks, _LANES), _F)
+    m2 = np.zeros((rows, chunks, _LANES), _F)
+    for j in range(_CHUNK):
+        act = (j < counts)[None, :, None]
+        if not act.any():
+            break
+        x = v[:, :, j, :]
+        c = _F(1) / _F(j + 1)
+        delta = (x - m1).astype(_F)
+        # float32: fmadd(c, delta, m1); bf16/fp16: fmadd(delta, c, m1) (same value)
+        n1 = mad(delta, c, m1, fused=fused)
+        n2 = mad(delta, (x - n1).astype(_F), m2, fused=fused)
+        m1 = np.where(act, n1, m1)
+        m2 = np.where(act, n2, m2)
+    return m1, m2
+
+
+def row_moments(x: np.ndarray, *, low: bool, capability: str, tail_fused: bool | None = None,
+                ddof: int = 0) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """torch's ``RowwiseMoments`` of every row of ``x`` (float32 (M, N)): (mean, variance).
+
+    ``low``: the input was bfloat16/float16 (16-element vectors split into two float halves).
+    ``tail_fused``: whether the scalar tail loop fuses ``m2 += delta * (x - m1)`` (default:
+    never; layer norm's float16 instantiation does on the SIMD builds).
+
+    >>> m, v = row_moments(np.float32([[1, 2, 3, 4, 5, 6, 7, 8, 9]]), low=False,
+    ...                    capability="avx2")
+    >>> m.tolist(), v.tolist()  # the variance is one ulp above float32(20/3): Welford's roundings
+    ([5.0], [6.6666669845581055])
+    """
+    with np.errstate(all="ignore"):  # inf/NaN rows propagate as in the kernel
+        return _row_moments(x, low, capability != "default", bool(tail_fused), ddof)
+
+
+def _row_moments(x: np.ndarray, low: bool, fused: bool, tail_fused: bool,
+                 ddof: int) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    tfused = fused and tail_fused
+    rows, cols = x.shape
+    vec = 2 * _LANES if low else _LANES
+    n = cols // vec
+    m = -(-n // _CHUNK)
+    depth = _ceil_log2(m)
+    zero = np.zeros((rows, _LANES), _F)
+    stk: list[list[Any]] = [[0, zero, zero] for _ in range(max(depth, 1))]
+    if n:
+        body = np.zeros((rows, m * _CHUNK * vec), _F)
+        body[:, : n * vec] = x[:, : n * vec]
+        body4 = body.reshape(rows, m, _CHUNK, vec)
+        counts = np.minimum(_CHUNK, n - _CHUNK * np.arange(m))
+        halves = [body4[..., :_LANES], body4[..., _LANES:]] if low else [body4]
+        parts = [_chunk_welford(h, counts, fused) for h in halves]
+        for i in range(m):
+            for m1c, m2c in parts:
+                _add_vec(int(counts[i]), m1c[:, i], m2c[:, i], stk[0], fused)
+            mask, j = i + 1, 1
+            while j < depth and (mask & 1) == 0:
+                _add_vec(stk[j - 1][0], stk[j - 1][1], stk[j - 1][2], stk[j], fused)
+                stk[j - 1] = [0, zero, zero]
+                mask >>= 1
+                j += 1
+        for i in range(1, depth):
+            _add_vec(stk[i][0], stk[i][1], stk[i][2], stk[0], fused)
+    c0 = 0
+    m1 = np.zeros(rows, _F)
+    m2 = np.zeros(rows, _F)
+    for i in range(n * vec, cols):
+        xi = x[:, i]
+        delta = (xi - m1).astype(_F)
+        c0 += 1
+        m1 = (m1 + (delta / _F(c0)).astype(_F)).astype(_F)
+        m2 = mad(delta, (xi - m1).astype(_F), m2, fused=tfused)
+    m0_add = n * vec // _LANES
+    for lane in range(_LANES):
+        m1a, m2a = stk[0][1][:, lane], stk[0][2][:, lane]
+        tot = c0 + m0_add
+        c = _F(0) if tot == 0 else _F(m0_add) / _F(tot)
+        delta = (m1a - m1).astype(_F)
+        m1 = mad(c, delta, m1, fused=fused)
+        t = ((delta * delta).astype(_F) * c).astype(_F)
+        m2 = (m2 + mad(t, _F(c0), m2a, fused=fused)).astype(_F)
+        c0 = tot
+    return m1, (m2 / _F(cols - ddof)).astype(_F)
+
+
+def _args(call: Call, *names: str) -> list[Any]:
+    """The call's arguments by schema position and name."""
+    return [call.arg(i, n) for i, n in enumerate(names)]
+
+
+def _split(x: np.ndarray, shape: Any) -> tuple[int, int]:
+    k = len(shape)
+    n = int(math.prod(shape))
+    m = int(math.prod(x.shape[: x.ndim - k]))
+    return m, n
+
+
+@register("aten.native_layer_norm.default")
+def layer_norm(call: Call) -> list[Out | None]:
+    """``native_layer_norm(input, normalized_shape, weight?, bias?, eps) -> (out, mean, rstd)``:
+    torch's float32 rounding sequence (see the module docstring), exact."""
+    x, shape, w, b, eps = _args(call, "input", "normalized_shape", "weight", "bias", "eps")
+    rows, cols = _split(x, shape)
+    low = x.dtype != np.float32
+    fused = call.capability != "default"
+    x2 = np.asarray(x, _F).reshape(rows, cols)
+    mean, var = row_moments(x2, low=low, capability=call.capability,
+                            tail_fused=x.dtype == np.float16)  # fmt: skip
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rstd = (_F(1) / np.sqrt((var + _F(eps)).astype(_F))).astype(_F)
+    g = np.ones(cols, _F) if w is None else np.asarray(w, _F).reshape(cols)
+    bb = np.zeros(cols, _F) if b is None else np.asarray(b, _F).reshape(cols)
+    with np.errstate(all="ignore"):
+        if low:
+            bias = (-rstd * mean).astype(_F)
+            t = mad(x2, rstd[:, None], bias[:, None], fused=fused)
+        else:
+            t = ((x2 + (-mean)[:, None]).astype(_F) * rstd[:, None]).astype(_F)
+        y = mad(t, g, bb, fused=fused)
+    stat_shape = x.shape[: x.ndim - len(shape)] + (1,) * len(shape)
+    ynames = call.out_dtypes
+    return [exact(to(y, ynames[0]).reshape(x.shape)),
+            exact(to(mean, ynames[1]).reshape(stat_shape)),
+            exact(to(rstd, ynames[2]).reshape(stat_shape))]  # fmt: skip
+
+
+_REASON_DX = ("layer_norm_backward dX: float32 row sums ds=sum(dy*x*w), db=sum(dy*w) in SIMD-lane "
+              "order, then b=(db*mean-ds)*rstd^3/N, c=-b*mean-db*rstd/N, dx=rstd*dy*w+b*x+c; "
+              "bound: gamma_{N+2} on the sums propagated through b, c, dx (+gamma_7, gamma_4, "
+              "gamma_5 for their own roundings)")  # fmt: skip
+_REASON_DW = ("layer_norm_backward dweight/dbias: per-thread row sums in the input's format "
+              "(bfloat16/float16 buffers round every row), then a float32 sum over threads; "
+              "bound ((1+u_in)^M (1+u32)^(2M+3) - 1) * sum of |terms|")  # fmt: skip
+
+
+def _unit(name: str) -> float:
+    return {"float32": U32, "bfloat16": 2.0**-8, "float16": 2.0**-11}.get(name, U32)
+
+
+@register("aten.native_layer_norm_backward.default")
+def layer_norm_backward(call: Call) -> list[Out | None]:
+    """``native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, weight?,
+    bias?, output_mask) -> (grad_input?, grad_weight?, grad_bias?)``, bounded.
+
+    Derivation (u = 2^-24, g_k = (1+u)^k - 1, a = rstd, s = float32(1/N); mean, rstd, x, dy,
+    w are the kernel's exact inputs): the float32 sums ds, db of N products (two roundings per
+    term, N-1 additions in any order) err by e_ds <= g_{N+2} sum|dy x w|, e_db <= g_{N+1}
+    sum|dy w|. b = (db*mean - ds)*a*a*a*s (6 roundings): |db - b| <= a^3 s ((|mean| e_db +
+    e_ds)(1+g_7) + g_7 (|db mean| + |ds|)) =: Eb. c = -b*mean - db*a*s (4 roundings): Ec =
+    (Eb |mean| + e_db a s)(1+g_4) + g_4 (|b mean| + |db| a s). dx = a*dy*w + b*x + c (at most 5
+    roundings, fused or not): Edx = (Eb |x| + Ec)(1+g_5) + g_5 (|a dy w| + |b x| + |c|).
+    dweight_j = sum_i dy_ij (a_i x_ij + b_i) with b_i = float32(-a_i mean_i): see _REASON_DW.
+    """
+    dy, x, shape, mean, rstd, w, b, mask = _args(
+        call, "grad_out", "input", "normalized_shape", "mean", "rstd", "weight", "bias",
+        "output_mask",
+    )  # fmt: skip
+    rows, cols = _split(x, shape)
+    d = np.asarray(dy, np.float64).reshape(rows, cols)
+    xx = np.asarray(x, np.float64).reshape(rows, cols)
+    mu = np.asarray(mean, np.float64).reshape(rows, 1)
+    a = np.asarray(rstd, np.float64).reshape(rows, 1)
+    g = np.ones((1, cols)) if w is None else np.asarray(w, np.float64).reshape(1, cols)
+    outs: list[Out | None] = []
+    names = iter(call.out_dtypes)
+    with np.errstate(over="ignore", invalid="ignore"):
+        if mask[0]:
+            s = float(_F(1) / _F(cols))
+            dg = d * g
+            ds = (dg * xx).sum(1, keepdims=True)
+            db = dg.sum(1, keepdims=True)
+            e_ds = gamma(cols + 2) * np.abs(dg * xx).sum(1, keepdims=True) * (1 + 2.0**-40)
+            e_db = gamma(cols + 1) * np.abs(dg).sum(1, keepdims=True) * (1 + 2.0**-40)
+            a3s = a * a * a * s
+            bc = (db * mu - ds) * a3s
+            cc = -bc * mu - db * a * s
+            eb = a3s * ((np.abs(mu) * e_db + e_ds) * (1 + gamma(7))
+                        + gamma(7) * (np.abs(db * mu) + np.abs(ds)))  # fmt: skip
+            ec = (eb * np.abs(mu) + e_db * a * s) * (1 + gamma(4)) + gamma(4) * (
+                np.abs(bc * mu) + np.abs(db) * a * s
+            )
+            dx = a * dg + bc * xx + cc
+            edx = (eb * np.abs(xx) + ec) * (1 + gamma(5)) + gamma(5) * (
+                np.abs(a * dg) + np.abs(bc * xx) + np.abs(cc)
+            )
+            name = next(names)
+            outs.append(bounded(to(dx, name).reshape(x.shape), edx.reshape(x.shape), _REASON_DX,
+                                center=dx.reshape(x.shape)))  # fmt: skip
+        u_in = _unit(str(np.dtype(x.dtype).name))
+        omega = float(np.expm1(rows * np.log1p(u_in) + (2 * rows + 3) * np.log1p(U32)))
+        if mask[1] and w is not None:
+            bi = np.asarray((-np.asarray(rstd, _F) * np.asarray(mean, _F)), np.float64)
+            bi = bi.reshape(rows, 1)
+            terms = d * (a * xx + bi)
+            center = terms.sum(0)
+            err = omega * (np.abs(d) * (np.abs(a * xx) + np.abs(bi))).sum(0)
+            name = next(names)
+            outs.append(bounded(to(center, name).reshape(np.shape(w)), err.reshape(np.shape(w)),
+                                _REASON_DW, center=center.reshape(np.shape(w))))  # fmt: skip
+        if mask[2] and b is not None:
+            center = d.sum(0)
+            err = omega * np.abs(d).sum(0)
+            name = next(names)
+            outs.append(bounded(to(center, name).reshape(np.shape(b)), err.reshape(np.shape(b)),
+                                _REASON_DW, center=center.reshape(np.shape(b))))  # fmt: skip
+    return outs

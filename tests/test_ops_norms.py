@@ -1,0 +1,143 @@
+"""Layer norm and batch norm emulations against torch's CPU kernels (bits where exact)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from fpemu.validate.ops import names  # noqa: E402
+from fpemu.validate.watch.convert import to_numpy  # noqa: E402
+from fpemu.validate.watch.verdict import judge  # noqa: E402
+from tests.watch_ops_util import emulate, judged, one_ulp_off  # noqa: E402
+
+DTYPES = [torch.float32, torch.bfloat16, torch.float16]
+LN = torch.ops.aten.native_layer_norm.default
+LNB = torch.ops.aten.native_layer_norm_backward.default
+
+
+def _rows(rng: np.random.Generator, m: int, n: int) -> np.ndarray:
+    """Random rows plus adversarial ones: a large offset (cancellation in x - mean), huge and
+    tiny magnitudes, subnormals, signed zeros, constant rows (variance 0), inf and NaN."""
+    x = rng.standard_normal((m, n)) * rng.choice([1.0, 1e-3, 1e3], size=(m, 1))
+    x += rng.choice([0.0, 10.0, 3000.0, -1e4], size=(m, 1))
+    x[0] = 1000.0 + rng.standard_normal(n) * 1e-3  # cancellation: spread far below the mean
+    x[1] = rng.standard_normal(n) * 1e-39  # float32 subnormals
+    x[2] = 0.0
+    x[2, ::2] = -0.0
+    x[3] = 7.0  # constant row: variance 0, rstd = 1/sqrt(eps)
+    x[4] = rng.standard_normal(n) * 1e30
+    x[5, 0] = np.inf
+    x[6, -1] = np.nan
+    return x.astype(np.float32)
+
+
+def _ln_args(dt: torch.dtype, n: int, weights: str, seed: int) -> tuple[torch.Tensor, ...]:
+    rng = np.random.default_rng(seed)
+    x = torch.from_numpy(_rows(rng, 24, n)).to(dt)
+    if weights == "none":
+        return x, None, None
+    wdt = torch.float32 if weights == "float32" else dt
+    w = torch.from_numpy(rng.standard_normal(n).astype(np.float32)).to(wdt)
+    b = torch.from_numpy(rng.standard_normal(n).astype(np.float32)).to(wdt)
+    return x, w, b
+
+
+#: (dtype, weights) pairs: a low input with float32 weights is autocast's mixed-type kernel
+WEIGHTS = [(dt, w) for dt in DTYPES for w in ("float32", "same", "none")
+           if not (dt == torch.float32 and w == "same")]  # fmt: skip
+
+
+@pytest.mark.parametrize("n", [1, 5, 13, 16, 33, 257, 520])
+@pytest.mark.parametrize(("dt", "weights"), WEIGHTS, ids=str)
+def test_layer_norm_exact(dt: torch.dtype, weights: str, n: int) -> None:
+    x, w, b = _ln_args(dt, n, weights, n)
+    v = [j.verdict for j in judged(LN, x, [n], w, b, 1e-5)]
+    assert v == ["identical"] * 3, v
+
+
+def test_layer_norm_multi_dim_shape_exact() -> None:
+    x = torch.randn(3, 4, 6, 5, generator=torch.Generator().manual_seed(1)) * 5 + 40
+    w = torch.randn(6, 5)
+    v = [j.verdict for j in judged(LN, x, [6, 5], w, None, 1e-6)]
+    assert v == ["identical"] * 3
+
+
+@pytest.mark.parametrize("dt", DTYPES, ids=str)
+def test_layer_norm_planted_fault_differs(dt: torch.dtype) -> None:
+    x, w, b = _ln_args(dt, 40, "float32", 3)
+    outs, emulated = emulate(LN, x, [40], w, b, 1e-5)
+    for k in range(3):
+        t = one_ulp_off(to_numpy(outs[k]), 9)
+        assert judge(t, emulated[k]).verdict == "differs"
+
+
+def test_layer_norm_is_not_the_correctly_rounded_value() -> None:
+    """E5 reproduced: the kernel (and so the emulation) is far from the exact layer norm."""
+    x, _, _ = _ln_args(torch.float32, 64, "none", 5)
+    y = LN(x[:1], [64], None, None, 1e-5)[0].numpy().astype(np.float64)
+    xd = x[:1].numpy().astype(np.float64)
+    exact = (xd - xd.mean()) / np.sqrt(xd.var() + np.float32(1e-5))
+    assert np.max(np.abs(y - exact) / np.spacing(np.abs(exact).astype(np.float32))) > 100
+    assert judged(LN, x[:1], [64], None, None, 1e-5)[0].verdict == "identical"
+
+
+@pytest.mark.parametrize("mask", [(True, True, True), (True, False, False), (False, True, True)])
+@pytest.mark.parametrize(("dt", "weights"), [p for p in WEIGHTS if p[1] != "none"], ids=str)
+def test_layer_norm_backward_bounded(dt: torch.dtype, weights: str, mask: tuple[bool, ...]) -> None:
+    rng = np.random.default_rng(7)
+    n = 37
+    x = torch.from_numpy(_rows(rng, 24, n)[7:]).to(dt)  # finite rows
+    wdt = torch.float32 if weights == "float32" else dt
+    w = torch.from_numpy(rng.standard_normal(n).astype(np.float32)).to(wdt)
+    b = torch.from_numpy(rng.standard_normal(n).astype(np.float32)).to(wdt)
+    _, mean, rstd = LN(x, [n], w, b, 1e-5)
+    dy = torch.from_numpy(rng.standard_normal(x.shape).astype(np.float32)).to(dt)
+    js = judged(LNB, dy, x, [n], mean, rstd, w, b, list(mask))
+    assert len(js) == sum(mask)
+    assert all(j.verdict in ("identical", "bounded") for j in js), [
+        (j.verdict, j.cause) for j in js
+    ]
+
+
+def test_layer_norm_backward_bound_catches_a_wrong_gradient() -> None:
+    """A gradient 0.1% off (far above the float32 bound, far below bf16 noise) differs."""
+    rng = np.random.default_rng(2)
+    x = torch.from_numpy(rng.standard_normal((8, 64)).astype(np.float32))
+    w, b = torch.randn(64), torch.randn(64)
+    _, mean, rstd = LN(x, [64], w, b, 1e-5)
+    dy = torch.randn(8, 64)
+    outs, emulated = emulate(LNB, dy, x, [64], mean, rstd, w, b, [True, True, True])
+    for t, e in zip(outs, emulated, strict=True):
+        assert e is not None
+        assert judge(to_numpy(t), e).verdict in ("identical", "bounded")
+        assert judge(to_numpy(t) * np.float32(1.001), e).verdict == "differs"
+
+
+def test_registered() -> None:
+    have = set(names())
+    for op in ("aten.native_layer_norm.default", "aten.native_layer_norm_backward.default"):
+        assert op in have
+
+
+@pytest.mark.skipif(os.environ.get("ATEN_CPU_CAPABILITY") is not None, reason="the child run")
+def test_exact_claims_hold_under_capability() -> None:
+    """The exact tests again in fresh interpreters with torch's ``default`` and ``avx2``
+    kernels (the two children run side by side)."""
+    runs = {}
+    for cap in ("default", "avx2"):
+        env = dict(os.environ, ATEN_CPU_CAPABILITY=cap)
+        cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", __file__]
+        cmd += ["-k", "exact and not capability"]
+        runs[cap] = subprocess.Popen(
+            cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+    for cap, proc in runs.items():
+        out, _ = proc.communicate(timeout=120)
+        assert proc.returncode == 0, (cap, out[-3000:])
+        assert " passed" in out and "skipped" not in out, (cap, out[-500:])
