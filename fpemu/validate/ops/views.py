@@ -240,11 +240,6 @@ def _ones(call: Call) -> Sequence[Out | None]:
     return [_filled(shape, 1, call.out_dtypes[0])]
 
 
-@register("aten.full.default")
-def _full(call: Call) -> Sequence[Out | None]:
-    return [_filled(call.args[0], call.args[1], call.out_dtypes[0])]
-
-
 @register("aten.full_like.default")
 def _full_like(call: Call) -> Sequence[Out | None]:
     return [_filled(np.shape(call.args[0]), call.args[1], call.out_dtypes[0])]
@@ -258,16 +253,6 @@ def _new_full(call: Call) -> Sequence[Out | None]:
 @register("aten.scalar_tensor.default")
 def _scalar_tensor(call: Call) -> Sequence[Out | None]:
     return [_filled((), call.args[0], call.out_dtypes[0])]
-
-
-@register("aten.fill_.Scalar", "aten.fill.Scalar")
-def _fill(call: Call) -> Sequence[Out | None]:
-    return [_filled(np.shape(call.args[0]), call.args[1], call.out_dtypes[0])]
-
-
-@register("aten.zero_.default")
-def _zero(call: Call) -> Sequence[Out | None]:
-    return [_filled(np.shape(call.args[0]), 0, call.out_dtypes[0])]
 
 
 # ``empty`` buffers hold whatever memory held: nothing to judge, but the op is known.
