@@ -58,8 +58,11 @@ def test_keras_steps_are_clean(policy: str, optimizer: str) -> None:
         model.train_on_batch(x[:8], y[:8])
         model.fit(x, y, batch_size=8, epochs=1, verbose=0, shuffle=False)
     r = w.report()
-    bad = [(row["step"], row["phase"], row["module"], row["op"], row["verdict"], row["cause"][:100])
-           for row in r.rows if row["verdict"] in ("differs", "policy", "not_emulated")]  # fmt: skip
+    keys = ("step", "phase", "module", "op", "verdict")
+    failing = ("differs", "policy", "not_emulated")
+    bad = [
+        (*(row[k] for k in keys), row["cause"][:100]) for row in r.rows if row["verdict"] in failing
+    ]
     assert not bad, bad[:5]
     assert r.procedure == []
     phases = {row["phase"] for row in r.rows}
