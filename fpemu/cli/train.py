@@ -149,8 +149,9 @@ def run(args: argparse.Namespace) -> int:
     scaler_name = "policy" if args.scaler is None else args.scaler
     if args.recipe is not None:  # FP8 layers between FP32 ops: policy fp32, no loss scaler
         if args.policy is not None and get_policy(args.policy).name != "fp32":
-            raise UsageError(f"--policy {args.policy}: not with --recipe {args.recipe} (FP8 "
-                             "layers between FP32 ops: policy fp32; leave --policy out)")  # fmt: skip
+            raise UsageError(f"--policy {args.policy}: not with --recipe {args.recipe} "
+                             "(--recipe runs under fp32: FP32 ops between the FP8 layers; "
+                             "leave --policy out)")  # fmt: skip
         if scaler_name not in ("policy", "none"):
             raise UsageError(f"--scaler {args.scaler}: not with --recipe {args.recipe} (the "
                              "recipe scales each FP8 tensor; no loss scaler)")  # fmt: skip
