@@ -27,7 +27,7 @@ from fpemu.quant import BLOCK_FORMATS, get_block_format
 from fpemu.tensorcore import INSTRUCTIONS
 from fpemu.training import experiment as exp
 from fpemu.validate.report import CheckResult, Report
-from fpemu.verify import campaigns, get_campaign
+from fpemu.verify import campaigns
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -202,7 +202,7 @@ def test_rstrip_writer_keeps_blanks_inside_lines() -> None:
     assert buf.getvalue() == "a  b\n  c\n\ntail"
 
 
-# ----- stdout holds one format --------------------------------------------------------------------
+# ----- stdout holds one format -------------------------------------------------------------------
 def test_validate_torch_json_alone_is_json(
     capsys: pytest.CaptureFixture[str], fake_suite: list[dict[str, Any]]
 ) -> None:
@@ -234,8 +234,8 @@ def test_validate_model_json_is_json_with_native_settings(
     capsys: pytest.CaptureFixture[str], factory: str, tmp_path: Path
 ) -> None:
     pytest.importorskip("torch")
-    rc, out, _ = _run(capsys, "validate", "model", factory, "--steps", "2", "--autocast",
-                      "fp16", "--scaler", "init_scale=1024,growth_interval=1", "--json")  # fmt: skip
+    rc, out, _ = _run(capsys, "validate", "model", factory, "--steps", "2", "--autocast", "fp16",
+                      "--scaler", "init_scale=1024,growth_interval=1", "--json")  # fmt: skip
     d = json.loads(out)
     assert rc == 0 and d["ok"] is True
     assert d["settings"]["autocast"] == ["cpu", "float16"]
@@ -273,7 +273,7 @@ def test_json_on_stdout_loads(capsys: pytest.CaptureFixture[str], argv: list[str
     assert rc == 0 and isinstance(json.loads(out), dict)
 
 
-# ----- verify --------------------------------------------------------------------------------------
+# ----- verify ------------------------------------------------------------------------------------
 def test_verify_list_is_grouped_sorted_and_sized(capsys: pytest.CaptureFixture[str]) -> None:
     rc, out, _ = _run(capsys, "verify", "--list")
     assert rc == 0
@@ -285,7 +285,8 @@ def test_verify_list_is_grouped_sorted_and_sized(capsys: pytest.CaptureFixture[s
     assert families == sorted(families) and names == sorted(names)  # grouped, then sorted
     assert sum(int(k) for _, k in heads) == len(campaigns())
     # 2**32 = 4294967296 = 4.29e9; 2**16 = 65536; 256 stays as it is; 144**3 = 2985984
-    line = {n: ln for n, ln in zip(names, re.findall(r"^  \S+ .*$", out, re.MULTILINE))}
+    lines = re.findall(r"^  \S+ .*$", out, re.MULTILINE)
+    line = dict(zip(names, lines, strict=True))
     assert "2^32 (4.3 G)" in line["add-fp16-rne"] and "pair of codes" in line["add-fp16-rne"]
     assert "2^16 (65.5 k)" in line["mul-e4m3fn-rne"]
     assert re.search(r"\s256\s", line["sqrt-e4m3fn-rne"])
@@ -322,7 +323,7 @@ def test_verify_resumed_reports_no_rate_of_zero(
     assert again["cases_per_cpu_second"] is None and "no case ran" in again["rate_note"]
 
 
-# ----- tensorcore --list, quant, train ------------------------------------------------------------
+# ----- tensorcore --list, quant, train -----------------------------------------------------------
 def test_tensorcore_list_names_every_instruction_once(capsys: pytest.CaptureFixture[str]) -> None:
     rc, out, _ = _run(capsys, "tensorcore", "--list")
     names = re.findall(r"^  (\S+)  ", out, re.MULTILINE)
@@ -347,7 +348,9 @@ def _fp8_rows(out: str) -> list[list[str]]:
     return [line.split() for line in lines[start + 1 :] if line.startswith("layers.")]
 
 
-def test_train_block_scaled_recipes_print_a_dash_not_nan(capsys: pytest.CaptureFixture[str]) -> None:
+def test_train_block_scaled_recipes_print_a_dash_not_nan(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     rc, out, _ = _run(capsys, "train", "moons", "--steps", "2", "--hidden", "8", "--recipe",
                       "te_mxfp8")  # fmt: skip
     rows = _fp8_rows(out)
@@ -355,7 +358,7 @@ def test_train_block_scaled_recipes_print_a_dash_not_nan(capsys: pytest.CaptureF
     # a tensor-scaled recipe prints its last scale: the JSON trace's value, %g
     argv = ["train", "moons", "--steps", "2", "--hidden", "8", "--recipe", "te_current"]
     rc, out, _ = _run(capsys, *argv)
-    rc_j, out_j, _ = _run(capsys, *argv, "--json")
+    _, out_j, _ = _run(capsys, *argv, "--json")
     trace = json.loads(out_j)["fp8_trace"]
     expected = [f"{recs[-1][role]['scale']:g}" for recs in trace.values() for role in recs[-1]]
     assert [r[-1] for r in _fp8_rows(out)] == expected and "-" not in expected
@@ -376,7 +379,7 @@ def test_train_help_says_what_the_data_sets_need(monkeypatch: pytest.MonkeyPatch
     assert "digits needs pip install 'fpemu[data]'" in train_help()
 
 
-# ----- the experiment report ----------------------------------------------------------------------
+# ----- the experiment report ---------------------------------------------------------------------
 def test_experiment_report_text(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     doc = tmp_path / "exp.md"
     rc, out, err = _run(capsys, "experiment", "--steps", "2", "--config", "adam", "--markdown",
@@ -400,7 +403,7 @@ def test_experiment_reproduce_command() -> None:
         "fpemu experiment --config digits --seed 7 --acc-model sequential --write x.md")
 
 
-# ----- README and docs ------------------------------------------------------------------------------
+# ----- README and docs ---------------------------------------------------------------------------
 def test_readme_lists_every_command_and_installs_cpu_torch_first() -> None:
     readme = (ROOT / "README.md").read_text()
     for command in ("validate model", "validate torch", "quant", "verify", "tensorcore --list",

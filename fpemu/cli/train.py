@@ -200,6 +200,7 @@ def report(r: TrainResult, *, trace: bool = False, width: int = 80) -> list[str]
     scales = [s.scale for s in r.steps]
     growths = sum(b > a for a, b in itertools.pairwise(scales))
     backoffs = sum(b < a for a, b in itertools.pairwise(scales))
+
     def para(text: str) -> list[str]:
         return textwrap.wrap(text, width=width, break_on_hyphens=False)
 
@@ -246,8 +247,10 @@ def report(r: TrainResult, *, trace: bool = False, width: int = 80) -> list[str]
         lines.append(plain_table(("layer", "role", "saturated", "flushed", "subnormal",
                                   "scale"), rows))  # fmt: skip
         if any(row[-1] == "-" for row in rows):
-            lines += para(f"scale -: {c['recipe']} scales blocks of elements, one scale "
-                          "each (no tensor scale)")
+            lines += para(
+                f"scale -: {c['recipe']} scales blocks of elements, one scale "
+                "each (no tensor scale)"
+            )
     return lines
 
 
