@@ -423,3 +423,11 @@ def test_docs_link_validate_your_model_and_pin_the_frameworks() -> None:
     for line in installs:  # every framework named is pinned
         assert re.findall(r"\b(?:torch|keras)\b(?!==)", line.replace("fpemu[test]", "")) == []
     assert any("keras==3.15.1" in line for line in installs)
+
+
+def test_train_recipe_accepts_what_it_runs_under(capsys: pytest.CaptureFixture[str]) -> None:
+    """--recipe runs under policy fp32 without a loss scaler: saying so is not refused."""
+    rc, out, err = _run(capsys, "train", "moons", "--steps", "1", "--hidden", "4", "--recipe",
+                        "te_delayed", "--policy", "fp32", "--scaler", "none")  # fmt: skip
+    text = " ".join(out.split())
+    assert rc == 0 and err == "" and "policy fp32 " in text and "scaler none," in text

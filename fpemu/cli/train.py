@@ -152,11 +152,11 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"--policy {args.policy}: not with --recipe {args.recipe} "
                              "(--recipe runs under fp32: FP32 ops between the FP8 layers; "
                              "leave --policy out)")  # fmt: skip
-        if scaler_name not in ("policy", "none"):
+        if scaler_name not in ("policy", "none", "off"):
             raise UsageError(f"--scaler {args.scaler}: not with --recipe {args.recipe} (the "
                              "recipe scales each FP8 tensor; no loss scaler)")  # fmt: skip
         policy = "fp32"
-    scaler = None if scaler_name == "none" else scaler_name
+    scaler = None if scaler_name in ("none", "off") else scaler_name
     r = train(args.dataset, hidden=tuple(args.hidden), policy=policy, scaler=scaler,
               steps=args.steps, lr=args.lr, optimizer=args.optimizer, seed=args.seed,
               batch_size=args.batch_size, micro_batches=args.micro_batches, clip=args.clip,
