@@ -249,7 +249,7 @@ def report(r: TrainResult, *, trace: bool = False, width: int = 80) -> list[str]
         if any(row[-1] == "-" for row in rows):
             lines += para(
                 f"scale -: {c['recipe']} scales blocks of elements, one scale "
-                "each (no tensor scale)"
+                "per block: no single scale to show"
             )
     return lines
 
