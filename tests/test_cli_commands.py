@@ -29,6 +29,12 @@ from fpemu.training.experiment import CONFIGS
 from fpemu.training.loop import _Progress
 
 
+@pytest.fixture(autouse=True)
+def _no_columns(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The caller's COLUMNS does not choose the layouts these tests expect (a pipe)."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+
+
 def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     rc = main(list(argv))
     out, err = capsys.readouterr()

@@ -75,7 +75,8 @@ BAD: list[tuple[list[str], list[str]]] = [
     # issue 25: a policy or a loss scaler with an FP8 recipe (both were dropped silently)
     (["train", "--recipe", "te_delayed", "--policy", "torch_cuda_fp16"],
      ["--policy torch_cuda_fp16", "not with --recipe te_delayed", "fp32"]),
-    (["train", "--recipe", "te_mxfp8", "--policy", "torch_bf16"], ["--policy torch_bf16", "--recipe"]),
+    (["train", "--recipe", "te_mxfp8", "--policy", "torch_bf16"],
+     ["--policy torch_bf16", "--recipe"]),
     (["train", "--recipe", "te_delayed", "--scaler", "torch"],
      ["--scaler torch", "not with --recipe te_delayed", "no loss scaler"]),
     # experiment
@@ -263,7 +264,9 @@ def test_a_missing_optional_package_names_the_extra(
 
 
 # ----- issue 25: the command itself -------------------------------------------------------------
-def test_no_arguments_prints_the_usage_and_every_command(capsys: pytest.CaptureFixture[str]) -> None:
+def test_no_arguments_prints_the_usage_and_every_command(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     """``fpemu`` alone was one line, "the following arguments are required": now the usage and
     the command list, on stderr (stdout stays empty for a bad invocation), status 2."""
     rc = main([])

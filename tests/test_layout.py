@@ -33,6 +33,7 @@ LAYERS: dict[str, int] = {
     "fpemu.validate": 8,  # framework bridges (PyTorch, Keras)
     "fpemu.verify": 8,  # verification campaigns
     "fpemu.cli": 9,  # the command line
+    "fpemu.__main__": 9,  # python -m fpemu: the command line
 }
 
 

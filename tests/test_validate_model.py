@@ -299,7 +299,7 @@ def test_cli_validate_model_json(tmp_path: Any, capsys: pytest.CaptureFixture[st
     d = json.loads(capsys.readouterr().out)
     assert rc == 0 and d["ok"] is True
     assert d["settings"]["policy"] == "torch_cpu_fp16" and d["settings"]["steps"] == 2
-    assert "init_scale': 1024.0" in d["settings"]["grad_scaler"]
+    assert d["settings"]["grad_scaler"] == {"init_scale": 1024.0, "growth_interval": 1}
     assert main(["validate", "model", f"{f}:options", "--steps", "1", "--markdown"]) == 0
     out = capsys.readouterr().out
     assert "- optimizer: adam" in out and "| step | kind |" in out

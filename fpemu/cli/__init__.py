@@ -126,7 +126,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status (2 for a bad argument).
 
     ``--debug`` is accepted anywhere before a ``--`` (``fpemu train --debug`` too). When stdout
-    is not a terminal its lines lose their trailing blanks (:class:`~fpemu.cli.output.RStripWriter`).
+    is not a terminal its lines lose their trailing blanks
+    (:class:`~fpemu.cli.output.RStripWriter`).
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     end = argv.index("--") if "--" in argv else len(argv)

@@ -29,7 +29,6 @@ from rich.table import Table
 
 from fpemu.cli import output
 from fpemu.cli.args import accepted, int_at_least, model_names, name_of, paragraph
-from fpemu.cli.errors import UsageError
 from fpemu.linalg import get_model
 from fpemu.training.datasets import unavailable
 from fpemu.training.experiment import CONFIGS, ExperimentResult, report, run_experiment
@@ -59,7 +58,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     fmt = parser.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true", help="print JSON instead of tables")
     fmt.add_argument("--markdown", action="store_true",
-                     help="print Markdown tables (the default in a pipe without COLUMNS)")  # fmt: skip
+                     help="print Markdown tables (default in a pipe without COLUMNS)")  # fmt: skip
     parser.add_argument(
         "--no-progress",
         action="store_true",
@@ -132,7 +131,7 @@ def render(res: ExperimentResult, console: Console) -> None:
                      f"{r.final_loss:.4g}"]  # fmt: skip
             table.add_row(*cells)
         console.print(table)
-    console.print("acc: test accuracy; zero %: parameter-gradient values that are zero in the gradient format "
-                  "(mean over steps and layers); unscaled: the same without the loss scale; "
-                  "loss: final, unweighted. fpemu experiment --markdown for the Markdown "
-                  "tables.")  # fmt: skip
+    console.print("acc: test accuracy; zero %: parameter-gradient values that are zero in "
+                  "the gradient format (mean over steps and layers); unscaled: the same "
+                  "without the loss scale; loss: final, unweighted. fpemu experiment "
+                  "--markdown for the Markdown tables.")  # fmt: skip

@@ -328,9 +328,9 @@ def _render(e: Explanation, *, plain: bool) -> None:
             print(output.fill(f"  {k:<{width}}  {v}", indent=width + 4))
         print()
         # the stochastic row's two outcomes would widen the result column past 80: a line
-        table = [m for m in modes if m[0] != "stochastic"]
-        print(plain_table(header, table))
-        for m in modes[len(table):]:
+        kept = [m for m in modes if m[0] != "stochastic"]
+        print(plain_table(header, kept))
+        for m in modes[len(kept) :]:
             print(output.fill(f"{m[0]}  {m[1]}", indent=len(m[0]) + 2))
         return
     console = output.console(pipe_width=160)  # a pipe without COLUMNS: no wrapping at 80

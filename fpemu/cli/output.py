@@ -107,17 +107,17 @@ class RStripWriter(io.TextIOBase):
         self._pending = ""
         self.target.flush()
 
-    def writable(self) -> bool:  # noqa: D102 - io protocol
+    def writable(self) -> bool:
         return True
 
-    def isatty(self) -> bool:  # noqa: D102 - io protocol
+    def isatty(self) -> bool:
         return False
 
-    def fileno(self) -> int:  # noqa: D102 - io protocol (BrokenPipe handling duplicates it)
+    def fileno(self) -> int:
         return self.target.fileno()
 
     @property
-    def encoding(self) -> str:  # type: ignore[override]  # noqa: D102
+    def encoding(self) -> str:  # type: ignore[override]
         return getattr(self.target, "encoding", None) or "utf-8"
 
 
@@ -125,10 +125,10 @@ def writable(option: str, path: Path | str | None) -> None:
     """Refuse ``path`` for ``option`` unless its folder exists and it is not a folder
     (``-`` and None: stdout or no file, accepted).
 
-    >>> writable("--json", "/no/such/folder/r.json")
+    >>> writable("--json", "/no/such/r.json")
     Traceback (most recent call last):
     ...
-    fpemu.cli.errors.UsageError: --json /no/such/folder/r.json: folder /no/such/folder does not exist
+    fpemu.cli.errors.UsageError: --json /no/such/r.json: folder /no/such does not exist
     """
     if path is None or str(path) == "-":
         return

@@ -127,9 +127,9 @@ def run(args: argparse.Namespace) -> int:
             the architecture has no instruction for.
     """
     if args.list:
-        given = [f for f, v in (("--a", args.a), ("--b", args.b)) if v is not None]
-        if given:
-            raise UsageError(f"{given[0]}: not with --list (--list prints the instruction "
+        vectors = [f for f, v in (("--a", args.a), ("--b", args.b)) if v is not None]
+        if vectors:
+            raise UsageError(f"{vectors[0]}: not with --list (--list prints the instruction "
                              "models and exits)")  # fmt: skip
         print(listing(output.width() or 80))
         return 0

@@ -149,13 +149,14 @@ def run(args: argparse.Namespace) -> int:
     scaler_name = "policy" if args.scaler is None else args.scaler
     if args.recipe is not None:  # FP8 layers between FP32 ops: policy fp32, no loss scaler
         if args.policy is not None and get_policy(args.policy).name != "fp32":
-            raise UsageError(f"--policy {args.policy}: not with --recipe {args.recipe} (FP8 "
-                             "layers between FP32 ops: policy fp32; leave --policy out)")  # fmt: skip
-        if scaler_name not in ("policy", "none"):
+            raise UsageError(f"--policy {args.policy}: not with --recipe {args.recipe} "
+                             "(--recipe runs under fp32: FP32 ops between the FP8 layers; "
+                             "leave --policy out)")  # fmt: skip
+        if scaler_name not in ("policy", "none", "off"):
             raise UsageError(f"--scaler {args.scaler}: not with --recipe {args.recipe} (the "
                              "recipe scales each FP8 tensor; no loss scaler)")  # fmt: skip
         policy = "fp32"
-    scaler = None if scaler_name == "none" else scaler_name
+    scaler = None if scaler_name in ("none", "off") else scaler_name
     r = train(args.dataset, hidden=tuple(args.hidden), policy=policy, scaler=scaler,
               steps=args.steps, lr=args.lr, optimizer=args.optimizer, seed=args.seed,
               batch_size=args.batch_size, micro_batches=args.micro_batches, clip=args.clip,
@@ -199,6 +200,7 @@ def report(r: TrainResult, *, trace: bool = False, width: int = 80) -> list[str]
     scales = [s.scale for s in r.steps]
     growths = sum(b > a for a, b in itertools.pairwise(scales))
     backoffs = sum(b < a for a, b in itertools.pairwise(scales))
+
     def para(text: str) -> list[str]:
         return textwrap.wrap(text, width=width, break_on_hyphens=False)
 
@@ -245,8 +247,10 @@ def report(r: TrainResult, *, trace: bool = False, width: int = 80) -> list[str]
         lines.append(plain_table(("layer", "role", "saturated", "flushed", "subnormal",
                                   "scale"), rows))  # fmt: skip
         if any(row[-1] == "-" for row in rows):
-            lines += para(f"scale -: {c['recipe']} scales blocks of elements, one scale "
-                          "each (no tensor scale)")
+            lines += para(
+                f"scale -: {c['recipe']} scales blocks of elements, one scale "
+                "per block: no single scale to show"
+            )
     return lines
 
 

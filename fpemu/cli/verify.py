@@ -27,7 +27,6 @@ import fnmatch
 import os
 import re
 import socket
-import sys
 import textwrap
 from pathlib import Path
 
@@ -45,7 +44,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "campaign", nargs="?", metavar="CAMPAIGN", help="campaign name (see --list)"
     )
     parser.add_argument("--list", action="store_true",
-                        help="list the campaigns by family, with their sizes, and exit")  # fmt: skip
+                        help="list the campaigns by family, with sizes, and exit")  # fmt: skip
     parser.add_argument("--filter", metavar="GLOB",
                         help="with --list: only campaigns whose name matches, e.g. 'fma-*-rne*' "
                              "or '*e4m3*'")  # fmt: skip
@@ -96,14 +95,15 @@ def listing(pattern: str | None = None, width: int = 80) -> str:
     spad = max((len(s) for s in sizes.values()), default=0)
     lines: list[str] = []
     for family, members in sorted(families.items()):
-        lines += ["" if lines else None, f"{family} ({len(members)} campaign"  # type: ignore[list-item]
-                  f"{'s' if len(members) != 1 else ''})"]  # fmt: skip
+        if lines:
+            lines.append("")
+        lines.append(f"{family} ({len(members)} campaign{'s' if len(members) != 1 else ''})")
         for n in members:
             domain = re.sub(r" \(\d+ cases\)$", "", get_campaign(n).domain.describe())
             lines += textwrap.wrap(domain, width=width,
                                    initial_indent=f"  {n:<{pad}}  {sizes[n]:>{spad}}  ",
                                    subsequent_indent=" " * (pad + spad + 6))  # fmt: skip
-    return "\n".join(line for line in lines if line is not None)
+    return "\n".join(lines)
 
 
 def _check_list(args: argparse.Namespace) -> None:
@@ -156,8 +156,9 @@ def check_scheduler(address: str, timeout: float = CONNECT_TIMEOUT) -> None:
             pass
     except OSError as exc:
         why = "timed out" if isinstance(exc, TimeoutError) else exc.strerror or str(exc)
-        raise UsageError(f"--scheduler {address}: no scheduler answers there ({why}); start "
-                         "one with dask scheduler, or use --scheduler threads") from None  # fmt: skip
+        raise UsageError(f"--scheduler {address}: no scheduler answers there ({why}); "
+                         "start one (dask scheduler) or use --scheduler threads"
+                         ) from None  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:

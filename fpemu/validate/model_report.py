@@ -294,7 +294,8 @@ class ModelReport:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready data (non-finite floats as strings)."""
         out: dict[str, Any] = jsonable({
-            "title": self.title, "settings": native(self.settings), "exact": self.exact, "ok": self.ok,
+            "title": self.title, "settings": native(self.settings), "exact": self.exact,
+            "ok": self.ok,
             "summary": self.summary(), "trace": self.trace,
             "checks": [asdict(c) for c in self.checks], "audit": self.audit})  # fmt: skip
         return out
@@ -352,8 +353,9 @@ class ModelReport:
         con = console if console is not None else Console()
         narrow = con.width < 120
         table = Table(title=self.title, box=box.SIMPLE_HEAD, pad_edge=False)
-        cols = ("step", "kind", "tensor", "identical", "ulps", "cause", "note") if narrow else \
-            ("step", "kind", "tensor", "format", "identical", "max ulps", "cause", "note")  # fmt: skip
+        cols = (("step", "kind", "tensor", "identical", "ulps", "cause", "note") if narrow else
+                ("step", "kind", "tensor", "format", "identical", "max ulps", "cause",
+                 "note"))  # fmt: skip
         for col in cols:
             table.add_column(col, no_wrap=col in ("step", "identical", "ulps", "max ulps")
                              or (narrow and col == "note"))  # fmt: skip
