@@ -21,6 +21,7 @@ from pathlib import Path
 
 from fpemu.cli.args import accepted, int_at_least, model_names, name_of, paragraph
 from fpemu.cli.errors import UsageError
+from fpemu.cli.html_out import add_html_option, check_html_path, write_html
 from fpemu.linalg import get_model
 from fpemu.training.datasets import unavailable
 from fpemu.training.experiment import CONFIGS, report, run_experiment
@@ -48,6 +49,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--write", metavar="PATH", type=Path,
                         help="also write the Markdown report to PATH")  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print JSON instead of Markdown")
+    add_html_option(parser)
     parser.add_argument(
         "--no-progress",
         action="store_true",
@@ -63,6 +65,7 @@ def run(args: argparse.Namespace) -> int:
     """
     if args.write is not None and not args.write.parent.is_dir():
         raise UsageError(f"--write {args.write}: folder {args.write.parent} does not exist")
+    check_html_path(args.html)
     wanted = list(dict.fromkeys(args.config or CONFIGS))
     skipped: dict[str, list[str]] = {}
     for c in wanted:
@@ -85,4 +88,5 @@ def run(args: argparse.Namespace) -> int:
         print(f"({elapsed:.0f} s)")
     if args.write:
         args.write.write_text(report(res, elapsed), encoding="utf-8")
+    write_html(args.html, res)
     return 0

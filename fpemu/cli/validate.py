@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from fpemu.cli.errors import UsageError
+from fpemu.cli.html_out import add_html_option, check_html_path, write_html
 from fpemu.validate.suite import SECTIONS
 
 TORCH_HINT = (
@@ -56,6 +57,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="write the report as JSON (to stdout without FILE)")  # fmt: skip
     parser.add_argument("--markdown", metavar="FILE", type=Path, nargs="?", const=Path("-"),
                         help="write the report as markdown (to stdout without FILE)")  # fmt: skip
+    add_html_option(parser)
     parser.add_argument(
         "--exhaustive",
         action="store_true",
@@ -220,11 +222,13 @@ def run_model(args: argparse.Namespace) -> int:
         _write(report.to_json(), args.json)
     if args.markdown is not None:
         _write(report.to_markdown(), args.markdown)
+    write_html(args.html, report)
     return 0 if report.ok else 1
 
 
 def run(args: argparse.Namespace) -> int:
     """Run the checks; print the table; write the files asked for; return the exit status."""
+    check_html_path(args.html)
     try:
         import torch  # noqa: F401, PLC0415
     except ImportError:
@@ -248,6 +252,7 @@ def run(args: argparse.Namespace) -> int:
         _write(report.to_json(), args.json)
     if args.markdown:
         _write(report.to_markdown(), args.markdown)
+    write_html(args.html, report)
     return 0 if report.ok else 1
 
 

@@ -22,6 +22,7 @@ import sys
 from rich.console import Console
 
 from fpemu.cli.errors import UsageError
+from fpemu.cli.html_out import add_html_option, check_html_path, write_html
 from fpemu.verify import campaigns, get_campaign, run_campaign
 
 
@@ -46,10 +47,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     out = parser.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="print the report as JSON")
     out.add_argument("--markdown", action="store_true", help="print the report as markdown")
+    add_html_option(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     """Run the campaign named by ``args``; 0 when complete without mismatch, else 1."""
+    check_html_path(args.html)
     if args.list:
         for name in campaigns():
             c = get_campaign(name)
@@ -81,4 +84,5 @@ def run(args: argparse.Namespace) -> int:
         print(report.to_markdown())
     else:
         Console(file=sys.stdout).print(report.to_rich())
+    write_html(args.html, report)
     return 0 if report.ok else 1
