@@ -94,7 +94,7 @@ def _cell(value: Cell, tone: str) -> str:
     v = float(value)
     shown = str(value) if isinstance(value, int) else _number(v)
     cls.append("num")
-    key = "inf" if v == math.inf else "-inf" if v == -math.inf else repr(v)
+    key = shown if isinstance(value, int) or not math.isfinite(v) else repr(v)
     return f'<td class="{" ".join(cls)}" data-sort="{esc(key)}">{esc(shown)}</td>'
 
 
@@ -148,7 +148,9 @@ class Section:
             if len(row) != len(columns):
                 raise ValueError(f"rows[{i}] has {len(row)} cells; columns has {len(columns)}")
             tone = list(tones[i]) if tones is not None else [""] * len(row)
-            body.append("<tr>" + "".join(_cell(v, t) for v, t in zip(row, tone, strict=True)))
+            body.append(
+                "<tr>" + "".join(_cell(v, t) for v, t in zip(row, tone, strict=True)) + "</tr>"
+            )
         head = "".join(f"<th>{esc(c)}</th>" for c in columns)
         cls = ' class="sortable"' if sortable else ""
         cap = f"<caption>{esc(caption)}</caption>" if caption else ""
