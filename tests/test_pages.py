@@ -131,7 +131,9 @@ def test_model_page_groups_rows_by_layer_and_by_step() -> None:
         ["activation", "_0", "0", "3"],
         ["grad", "0.weight", "0", "inf"],
     ]
-    assert layers.rows[1][3] == "float32" and layers.rows[1][-1] == "exact, format"
+    assert (
+        layers.rows[1][3] == "float32, float32/bfloat16" and layers.rows[1][-1] == "exact, format"
+    )
     (diffs,) = table_with(p, "step", "kind", "tensor", "op")
     steps = table_with(p, "kind", "tensor", "op", "format", "identical")
     assert [r[:3] for r in diffs.rows] == [["1", "activation", "_0"], ["1", "grad", "0.weight"]]

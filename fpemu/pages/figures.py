@@ -106,8 +106,8 @@ def line_chart(
             "linestyle": "-" if k == 0 else (0, (4, 2 + k)),
             "alpha": 0.75 if k == 0 else 1,
         }
-        if steps:
-            ax.step(x, y, where="post", **style)
+        if steps:  # the last value held for one more step, so that it shows as a level
+            ax.step(np.arange(len(y) + 1), np.append(y, y[-1:]), where="post", **style)
         else:
             ax.plot(x, y, marker="." if len(y) <= 40 else None, **style)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -152,7 +152,7 @@ def ulp_heatmap(
     cmap = ListedColormap([(1.0, 1.0, 1.0), *_reds(255)]).with_extremes(
         bad="#bdbdbd", over="#212121"
     )
-    fig = _figure(min(9.0, 2.6 + 0.45 * len(columns)) + 2.2, 1.2 + 0.22 * len(rows))
+    fig = _figure(min(9.0, 2.6 + 0.45 * len(columns)) + 2.2, max(2.4, 1.2 + 0.22 * len(rows)))
     ax = fig.subplots()
     im = ax.imshow(np.ma.masked_invalid(shown), cmap=cmap, vmin=0.0, vmax=vmax, aspect="auto",
                    interpolation="nearest")  # fmt: skip
@@ -170,7 +170,7 @@ def ulp_heatmap(
     ticks = sorted({0.0, *(float(2**k - 1) for k in range(1, 64) if 2**k - 1 <= top), top})
     bar = fig.colorbar(im, ax=ax, extend="max", ticks=[math.log2(1 + t) for t in ticks])
     bar.ax.set_yticklabels([f"{t:g}" for t in ticks], fontsize=7)
-    bar.set_label("largest distance in ulps (black: formats differ)", fontsize=8)
+    bar.set_label("max ulps", fontsize=8)
     return to_svg(fig)
 
 

@@ -54,13 +54,14 @@ dl.facts dt{color:#555}dl.facts dd{margin:0;word-break:break-word}
 footer{color:#888;font-size:12px;margin-top:36px}
 """
 
-# Sort a table by the clicked header: numbers (data-sort, else the cell text, "inf" too) before
-# text, stable on ties; a second click on the same header reverses. Plain DOM, no library.
+# Sort a table by the clicked header: numbers (data-sort, else the cell text, "inf" too), then
+# text, then empty cells; stable on ties; a second click on the same header reverses. Plain DOM.
 _JS = """
 (function(){
 function key(td){var v=td.getAttribute('data-sort');if(v===null)v=td.textContent.trim();
+if(v==='')return [2,''];
 var n=v==='inf'?Infinity:(v==='-inf'?-Infinity:Number(v));
-return (v!==''&&!isNaN(n))?[0,n]:[1,v.toLowerCase()];}
+return isNaN(n)?[1,v.toLowerCase()]:[0,n];}
 function cmp(a,b){if(a[0]!==b[0])return a[0]-b[0];return a[1]<b[1]?-1:(a[1]>b[1]?1:0);}
 document.querySelectorAll('table.sortable').forEach(function(t){
 var hs=t.tHead.rows[0].cells;

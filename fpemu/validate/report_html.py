@@ -94,7 +94,8 @@ def model_page(report: Any) -> str:
         ulp = page.section("Ulp distance by layer and step")
         ulp.figure(ulp_heatmap([f"{k} {n}" for k, n in layers], [str(s) for s in steps], grid),
                    "Largest distance in ulps between the two sides, per tensor (rows, in "
-                   "execution order) and step (columns); white: bit-identical.")  # fmt: skip
+                   "execution order) and step (columns); white: bit-identical; black (fmt): "
+                   "the two sides hold the tensor in different formats; grey: not recorded.")  # fmt: skip
     diffs = [c for c in checks if not c.exact]
     sec = page.section(f"Differences ({len(diffs)})")
     if diffs:
@@ -108,7 +109,8 @@ def model_page(report: Any) -> str:
         mine = [c for c in checks if (c.kind, c.name) == (kind, name)]
         ulps: dict[int, float] = {c.step: c.max_ulps for c in mine}
         causes = ", ".join(dict.fromkeys(c.cause for c in mine))
-        rows.append([kind, name, mine[0].op, _format(mine[0]),
+        rows.append([kind, name, mine[0].op,
+                     ", ".join(dict.fromkeys(_format(c) for c in mine)),
                      *(ulps.get(s) for s in steps), causes])  # fmt: skip
         worst = "bad" if any(not c.explained for c in mine) else (
             "good" if all(c.exact for c in mine) else "warn")  # fmt: skip
