@@ -95,7 +95,7 @@ def model_page(report: Any) -> str:
         ulp.figure(ulp_heatmap([f"{k} {n}" for k, n in layers], [str(s) for s in steps], grid),
                    "Largest distance in ulps between the two sides, per tensor (rows, in "
                    "execution order) and step (columns); white: bit-identical; black (fmt): "
-                   "the two sides hold the tensor in different formats; grey: not recorded.")  # fmt: skip
+                   "the sides hold it in different formats; grey: not recorded.")  # fmt: skip
     diffs = [c for c in checks if not c.exact]
     sec = page.section(f"Differences ({len(diffs)})")
     if diffs:
