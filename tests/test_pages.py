@@ -244,3 +244,20 @@ def test_experiment_page_has_curves_of_every_run_and_its_table() -> None:
     assert table.rows[0][4] == "0"  # FP32 against itself
     if available():  # loss curves, and the loss scale of the scaled run
         assert p.tags["svg"] == 2
+
+
+def test_model_page_of_a_keras_run_names_keras_and_draws_its_scale() -> None:
+    # compare_keras records loss_keras/skipped_keras and its LossScaleOptimizer as loss_scale
+    trace = [{"step": s, "loss_keras": 1.5, "loss_fpemu": 1.5, "scale": 2.0**15 * 2**s,
+              "skipped_keras": s == 1, "skipped_fpemu": s == 1} for s in (0, 1, 2)]  # fmt: skip
+    r = ModelReport(title="compare_keras", trace=trace,
+                    settings={"loss_scale": "{'initial_scale': 32768.0}"},
+                    checks=[_check(s, "loss", "ce", 0.0) for s in (0, 1, 2)])  # fmt: skip
+    p = check_page(r.to_html())
+    (loss,) = table_with(p, "step", "loss keras", "loss fpemu", "loss difference", "scale")
+    assert [row[4:] for row in loss.rows] == [["32768", "no", "no"], ["65536", "yes", "yes"],
+                                              ["131072", "no", "no"]]  # fmt: skip
+    text = "".join(p.text)
+    assert "Loss scale" in text and "Training loss of keras and of fpemu" in text
+    if available():  # loss, scale, ulp grid
+        assert p.tags["svg"] == 3
