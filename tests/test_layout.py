@@ -24,6 +24,7 @@ LAYERS: dict[str, int] = {
     "fpemu.linalg": 1,  # dot/matmul/sum with accumulation models, error analysis
     "fpemu.testing": 1,  # bit-level assertions and Hypothesis strategies
     "fpemu.plots": 1,  # pictures of formats and errors
+    "fpemu.pages": 1,  # self-contained HTML report pages (tables, inline SVG figures)
     "fpemu.tensorcore": 2,  # matrix-instruction models and the GPU cross-check harness
     "fpemu.quant": 3,  # block formats, scale rules, scaled matmul
     "fpemu.amp": 4,  # AMP policies, autocast, loss scalers

@@ -29,6 +29,7 @@ from rich.table import Table
 
 from fpemu.cli import output
 from fpemu.cli.args import accepted, int_at_least, model_names, name_of, paragraph
+from fpemu.cli.html_out import add_html_option, check_html_path, write_html
 from fpemu.linalg import get_model
 from fpemu.training.datasets import unavailable
 from fpemu.training.experiment import CONFIGS, ExperimentResult, report, run_experiment
@@ -59,6 +60,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     fmt.add_argument("--json", action="store_true", help="print JSON instead of tables")
     fmt.add_argument("--markdown", action="store_true",
                      help="print Markdown tables (default in a pipe without COLUMNS)")  # fmt: skip
+    add_html_option(parser)
     parser.add_argument(
         "--no-progress",
         action="store_true",
@@ -73,6 +75,7 @@ def run(args: argparse.Namespace) -> int:
         UsageError: the folder of ``--write`` does not exist.
     """
     output.writable("--write", args.write)
+    check_html_path(args.html)
     wanted = list(dict.fromkeys(args.config or CONFIGS))
     skipped: dict[str, list[str]] = {}
     for c in wanted:
@@ -97,6 +100,7 @@ def run(args: argparse.Namespace) -> int:
         render(res, output.console())
     if args.write:
         args.write.write_text(report(res, elapsed, str(args.write)), encoding="utf-8")
+    write_html(args.html, res)
     return 0
 
 

@@ -40,6 +40,7 @@ from typing import Any
 
 from fpemu.cli import output
 from fpemu.cli.errors import UsageError
+from fpemu.cli.html_out import add_html_option, check_html_path, write_html
 from fpemu.validate.suite import SECTIONS
 
 TORCH_HINT = (
@@ -64,6 +65,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="write the report as JSON (to stdout without FILE)")  # fmt: skip
     parser.add_argument("--markdown", metavar="FILE", type=Path, nargs="?", const=Path("-"),
                         help="write the report as markdown (to stdout without FILE)")  # fmt: skip
+    add_html_option(parser)
     parser.add_argument(
         "--exhaustive",
         action="store_true",
@@ -300,6 +302,7 @@ def run_model(args: argparse.Namespace) -> int:
                          f"its data: {_one_line(exc)} (fpemu --debug validate ... shows "
                          "where)") from exc  # fmt: skip
     emit(report, args, only_differences=True)
+    write_html(args.html, report)
     return 0 if report.ok else 1
 
 
@@ -309,6 +312,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"FILE.py:FACTORY {args.target}: only 'fpemu validate model' takes one")
     check_flags(args)  # bad invocations first: the same answer with or without torch
     check_outputs(args)
+    check_html_path(args.html)
     try:
         import torch  # noqa: F401, PLC0415
     except ImportError:
@@ -326,6 +330,7 @@ def run(args: argparse.Namespace) -> int:
         training_steps=20 if args.quick else 60,
     )
     emit(report, args)
+    write_html(args.html, report)
     return 0 if report.ok else 1
 
 

@@ -32,6 +32,7 @@ from pathlib import Path
 
 from fpemu.cli import output
 from fpemu.cli.errors import UsageError
+from fpemu.cli.html_out import add_html_option, check_html_path, write_html
 from fpemu.verify import campaigns, get_campaign, run_campaign
 
 #: Seconds to wait for a scheduler address to accept a connection.
@@ -63,6 +64,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     out = parser.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="print the report as JSON")
     out.add_argument("--markdown", action="store_true", help="print the report as markdown")
+    add_html_option(parser)
 
 
 def human_size(n: int) -> str:
@@ -163,6 +165,7 @@ def check_scheduler(address: str, timeout: float = CONNECT_TIMEOUT) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the campaign named by ``args``; 0 when complete without mismatch, else 1."""
+    check_html_path(args.html)
     if args.list:
         _check_list(args)
         text = listing(args.filter, output.width() or 80)
@@ -207,4 +210,5 @@ def run(args: argparse.Namespace) -> int:
         print(textwrap.fill(report.description, width=w, break_on_hyphens=False))
     else:
         output.console().print(report.to_rich())
+    write_html(args.html, report)
     return 0 if report.ok else 1

@@ -80,6 +80,10 @@ class Row:
     zero_pct_unscaled: float
     final_loss: float
     seconds: float
+    #: per step: the loss (unweighted, as ``final_loss``) and the loss scale used; for the
+    #: pictures of :meth:`ExperimentResult.to_html`, left out of :meth:`ExperimentResult.to_dict`
+    losses: list[float] = field(default_factory=list, repr=False)
+    scales: list[float] = field(default_factory=list, repr=False)
 
 
 @dataclass
@@ -92,8 +96,20 @@ class ExperimentResult:
     rows: list[Row] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-ready data."""
-        return asdict(self)
+        """Plain JSON-ready data: the settings and the table (the per-step curves of each row
+        are left out: 2 x steps numbers per run, and NaN where a run diverged)."""
+        d = asdict(self)
+        for row in d["rows"]:
+            del row["losses"], row["scales"]
+        return d
+
+    def to_html(self) -> str:
+        """A self-contained HTML page: loss curves of every run and the loss scale of the
+        scaled ones (pictures), and one sortable table per configuration (see
+        :mod:`fpemu.training.experiment_html`)."""
+        from fpemu.training.experiment_html import experiment_page  # noqa: PLC0415
+
+        return experiment_page(self)
 
     def to_markdown(self) -> str:
         """One Markdown table per configuration."""
@@ -155,6 +171,8 @@ def run_experiment(
                 zero_pct_unscaled=100 * sum(unscaled) / max(len(unscaled), 1),
                 final_loss=tr.final_loss / kw["loss_weight"],
                 seconds=time.perf_counter() - t0,
+                losses=[st.loss / kw["loss_weight"] for st in tr.steps],
+                scales=[st.scale for st in tr.steps],
             ))  # fmt: skip
     return res
 

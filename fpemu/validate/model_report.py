@@ -338,6 +338,13 @@ class ModelReport:
             lines += ["| " + " | ".join(r[k] for k in keys) + " |" for r in self.audit]
         return "\n".join(lines)
 
+    def to_html(self) -> str:
+        """A self-contained HTML page: loss curves, loss scale, ulp distance per layer and
+        step (pictures), then sortable tables (see :mod:`fpemu.validate.report_html`)."""
+        from fpemu.validate.report_html import model_page  # noqa: PLC0415 - page code apart
+
+        return model_page(self)
+
     def render(self, console: Any = None, *, only_differences: bool = False) -> None:
         """Print the report as a rich table.
 

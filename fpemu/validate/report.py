@@ -151,6 +151,13 @@ class Report:
                 lines += ["", f"### {r.name}", "", *_rows_markdown(rows)]
         return "\n".join(lines)
 
+    def to_html(self) -> str:
+        """A self-contained HTML page: status per group (a picture), environment, one
+        sortable table per group (see :mod:`fpemu.validate.report_html`)."""
+        from fpemu.validate.report_html import checks_page  # noqa: PLC0415 - page code apart
+
+        return checks_page(self)
+
     def render(self, console: Any = None) -> None:
         """Print the report as a rich table (to ``console``, default: a new stdout console).
 

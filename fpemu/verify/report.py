@@ -179,6 +179,13 @@ class Report:
             lines += ["| " + " | ".join(r) + " |" for r in self._example_rows()]
         return "\n".join(lines)
 
+    def to_html(self) -> str:
+        """A self-contained HTML page: mismatch counts by class (a picture), the campaign's
+        table and its first mismatching cases (see :mod:`fpemu.verify.report_html`)."""
+        from fpemu.verify.report_html import campaigns_page  # noqa: PLC0415 - page code apart
+
+        return campaigns_page([self])
+
     def to_rich(self) -> Any:
         """A :class:`rich.table.Table` of the report (rich is a dependency of fpemu)."""
         from rich.table import Table  # noqa: PLC0415 - only when rendering
