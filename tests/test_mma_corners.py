@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.metadata
 import math
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 import pytest
@@ -106,6 +107,44 @@ def test_fp64_chain_k_remainder_is_zero_padded() -> None:
     assert got[0] == 0 and not np.signbit(got[0])  # was -0
 
 
+@pytest.mark.parametrize("model", [*PAD_MODELS, "cdna3.mfma.fp8.f32"])
+def test_k_remainder_sign_of_zero_matches_padded_mmasim(model: str) -> None:
+    """Two patterns whose zero sign the padding decides, for every K < k:
+
+    - products -1 * +0 = -0 and C = -0: the unpadded FMA chain (and CDNA1 for K = 1) ends at
+      -0; a padded fma(+0, +0, -0) or a block with a +0 product gives -0 + +0 = +0 (IEEE
+      round-to-nearest: an exact zero sum of opposite signs is +0);
+    - one product 2**-80 * -2**-80 = -2**-160 and C = +0 (8-bit exponents only): CDNA3 TR-FDPA
+      rounds it to -0, and where the padding adds a whole block of +0 products (xf32: K <= 4
+      of k = 8) that block's sum turns it into +0.
+
+    NVIDIA's fused paths give +0 either way (their zero results are +0)."""
+    for case, K in ((c, K) for c in CASES if c.model == model for K in range(1, c.k)):
+        op = case.op()
+        patterns = [(-np.ones((1, K)), np.zeros((1, K)), np.array([-0.0]))]
+        if min(mo.CODE[f][1] for f in (case.a, case.b)) >= 8:
+            tiny = np.zeros((1, K))
+            tiny[0, 0] = 2.0**-80
+            patterns.append((tiny, -tiny, np.array([0.0])))
+        for a, b, c in patterns:
+            _check_padded(op, case, model, a, b, c)
+
+
+def _check_padded(op: Any, case: mo.Case, model: str, a: np.ndarray, b: np.ndarray,
+                  c: np.ndarray) -> None:  # fmt: skip
+    """fpemu on (a, b, c) against mmasim on a and b zero-padded to one instruction of k."""
+    dt = {f: mo.CODE[f][3] for f in (case.a, case.b, case.c)}
+    pad = ((0, 0), (0, case.k - a.shape[1]))
+    at = torch.from_numpy(np.pad(a, pad)).to(dt[case.a])
+    bt = torch.from_numpy(np.pad(b, pad)).to(dt[case.b])
+    d = op.dpa(at, bt, torch.from_numpy(c).to(dt[case.c]))
+    size = d.element_size() * 8
+    want = d.view(mo._INT[size]).numpy().view(f"uint{size}")
+    got = encode(dpa(a, b, c, instruction=model, a_fmt=case.a, b_fmt=case.b, c_fmt=case.c,
+                     k=case.k), model)  # fmt: skip
+    assert int(got[0]) == int(want[0]), (case.key, a.shape[1], hex(int(got[0])), hex(int(want[0])))
+
+
 @pytest.mark.parametrize("model", PAD_MODELS)
 def test_k_remainder_matches_zero_padded_mmasim(model: str) -> None:
     """fpemu on K = j * k - r columns equals mmasim on the same operands zero-padded to j * k
@@ -127,7 +166,7 @@ def test_mma_k_remainder_equals_padded_matrix(model: str) -> None:
     ins = INSTRUCTIONS[model]
     rng = np.random.default_rng(5)
     K = ins.k + 3
-    fa = {"tf32": "tf32"}.get(ins.inputs[0], ins.inputs[0])
+    fa = ins.inputs[0]
     a = mo.to_values(mo.codes(rng, ins.inputs[0], (6, K), np.full(6, 4)), ins.inputs[0])
     b = mo.to_values(mo.codes(rng, ins.inputs[0], (5, K), np.full(5, 4)), ins.inputs[0]).T
     a[:, :] = np.where(rng.random(a.shape) < 0.5, -0.0 * a, a)  # many signed zeros

@@ -135,7 +135,7 @@ def test_finding_gtr_drops_nonfinite_c() -> None:
 
 #: MMA-Sim 2.1.1 errata on CDNA1 bf16 (E-FDPA), fpemu right (docs/mma-parity-report.md,
 #: findings F2 and F3): (name, A bf16 codes, B bf16 codes, C word, exact RNE word, mmasim word).
-#: Random operands do not reach them (each needs a sum within 2**-50 of an FP32 rounding
+#: The recorded campaigns hit neither (each needs an exact sum next to an FP32 rounding
 #: boundary), so no campaign row is excused for them: they are asserted here, both answers.
 MMASIM_ERRATA = [
     # 2**-126 - 2**-150 - 2**-200: just below the midpoint 2**-126 - 2**-150 of the FP32

@@ -18,6 +18,7 @@ import pytest
 
 from fpemu.quant import dequantize, quantize
 from fpemu.quant.matmul import scaled_matmul
+from fpemu.quant.tensor_scaling import te_delayed_update
 from reference.arith import fma as ref_fma
 from reference.spec import FLOAT32
 
@@ -205,3 +206,72 @@ def test_quantize_accepts_bfloat16(name: str) -> None:
         assert np.array_equal(q16.element_codes, d.view(torch.uint8).numpy().reshape(4, 64))
     with pytest.raises(TypeError, match="ml_dtypes floats"):
         quantize(np.ones((1, 32), np.int32), name)
+
+
+# -- TE delayed scaling: the unfused order -------------------------------------------------------
+
+# Transformer Engine's unfused update (transformer_engine/pytorch/quantization.py,
+# _default_get_amax_and_update_history and _default_sf_compute, as transcribed in the research
+# note fp8-mx.md section 4.1), copied here as the facts the oracle below uses:
+#   amax = torch.max(history, dim=0)            ("max"; "most_recent": history[0])
+#   history = torch.roll(history, -1, 0); history[0] = 0     (always, unlike the fused kernel)
+#   sf = (fp8_max / amax) / (2 ** margin)        one float32 division each, nearest even
+#   sf = where(amax > 0, sf, scale); sf = where(isfinite(amax), sf, scale)
+#   sf = where(isinf(sf), FLT_MAX, sf)
+FLT_MAX32 = float(np.finfo(np.float32).max)
+
+
+def _te_unfused(history: np.ndarray, scale: np.ndarray, fp8_max: float, margin: int,
+                algo: str) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """The unfused update in torch float32 (true division: torch.div of two tensors)."""
+    h = torch.from_numpy(history.copy())
+    amax = torch.max(h, dim=0).values if algo == "max" else h[0].clone()
+    if h.shape[0] > 1:
+        h = torch.roll(h, -1, 0)
+    h[0] = 0.0
+    top = torch.full_like(amax, fp8_max)
+    sf = torch.div(torch.div(top, amax), torch.full_like(amax, 2.0**margin))
+    old = torch.from_numpy(scale)
+    sf = torch.where(amax > 0.0, sf, old)
+    sf = torch.where(torch.isfinite(amax), sf, old)
+    sf = torch.where(torch.isinf(sf), torch.full_like(sf, FLT_MAX32), sf)
+    return h.numpy(), sf.numpy()
+
+
+def test_te_unfused_update_overflows_where_the_fused_one_does_not() -> None:
+    """history [9.87e-37], margin 1: 448 / 9.87e-37 = 4.54e38 overflows float32 (inf, then
+    FLT_MAX); the fused order divides 224 and gives RN32(224 / 9.87e-37) = 2.2695e38."""
+    amax = np.float32(9.87e-37)
+    h = np.array([[amax]], np.float32)
+    assert Fraction(448) / Fraction(float(amax)) > Fraction(FLT_MAX32)  # inf in float32
+    _, fused = te_delayed_update(h, np.float32([1.0]), "e4m3", margin=1)
+    _, unfused = te_delayed_update(h, np.float32([1.0]), "e4m3", margin=1, fused=False)
+    assert fused[0] == np.float32(224) / amax and 2.26e38 < fused[0] < 2.27e38
+    assert unfused[0] == np.float32(FLT_MAX32)  # was 2.2695e38, the fused order
+    assert np.array_equal(unfused, _te_unfused(h, np.float32([1.0]), 448.0, 1, "max")[1])
+
+
+@pytest.mark.parametrize("fmt,fp8_max", [("e4m3", 448.0), ("e5m2", 57344.0)])
+def test_te_unfused_update_matches_te_order_scripted(fmt: str, fp8_max: float) -> None:
+    """Scripted steps (random histories, tiny and huge amaxes, zeros, inf, NaN; margins 0-3;
+    both algorithms): new history and scale bit for bit against the torch transcription."""
+    rng = np.random.default_rng(31)
+    n, steps = 64, 40
+    for algo in ("max", "most_recent"):
+        for margin in range(4):
+            h = np.zeros((8, n), np.float32)
+            scale = np.ones(n, np.float32)
+            for _ in range(steps):
+                e = rng.integers(-149, 128, n).astype(np.float64)
+                cur = np.ldexp(rng.random(n) + 0.5, e.astype(int)).astype(np.float32)
+                u = rng.random(n)
+                cur = np.where(u < 0.1, 0, cur)
+                cur = np.where((u >= 0.1) & (u < 0.12), np.inf, cur)
+                cur = np.where((u >= 0.12) & (u < 0.13), np.nan, cur).astype(np.float32)
+                h[0] = cur
+                want_h, want_s = _te_unfused(h, scale, fp8_max, margin, algo)
+                got_h, got_s = te_delayed_update(h, scale, fmt, margin=margin, algo=algo,
+                                                 fused=False)  # fmt: skip
+                assert np.array_equal(got_h.view(np.uint32), want_h.view(np.uint32))
+                assert np.array_equal(got_s.view(np.uint32), want_s.view(np.uint32))
+                h, scale = got_h, got_s

@@ -84,10 +84,13 @@ def te_delayed_update(
     """One DelayedScaling update: ``(new_history, new_scale)`` from ``history[0]`` = current amax.
 
     ``history`` is (length, n) float32 with row 0 the amax just measured. ``fused=True`` is
-    TE's bulk kernel (a zero current amax skips the roll, fp8-mx.md §4.1); ``False`` the
-    unfused Python path (always rolls). The scale keeps its old value where amax is 0 or not
-    finite. A NaN amax rolls into the history like any non-zero value; the fused ``max``
-    reduction skips it (``fmaxf``), the unfused one returns NaN (old scale kept).
+    TE's bulk kernel (a zero current amax skips the roll, fp8-mx.md §4.1; scale
+    ``RN32(fp8_max * 2**-margin / amax)``); ``False`` the unfused Python path (always rolls;
+    scale ``RN32(RN32(fp8_max / amax) / 2**margin)``, which overflows to ``FLT_MAX`` for an
+    amax the fused order still scales, and differs again where the quotient is subnormal).
+    The scale keeps its old value where amax is 0 or not finite. A NaN amax rolls into the
+    history like any non-zero value; the fused ``max`` reduction skips it (``fmaxf``), the
+    unfused one returns NaN (old scale kept).
 
     >>> h = np.array([[4.0], [0.0], [8.0]], np.float32)
     >>> new_h, s = te_delayed_update(h, np.float32([1.0]), "e4m3")
@@ -111,9 +114,13 @@ def te_delayed_update(
     amax = window if algo == "max" else last
     amax = np_.where(roll, amax, F32(0.0))
     ok = np_.isfinite(amax) & (amax > 0)
-    top = F32(np.ldexp(_fp8_max(fmt), -margin))
-    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
-        s = top / np_.where(ok, amax, F32(1.0))
+    safe = np_.where(ok, amax, F32(1.0))
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore", under="ignore"):
+        if fused:  # the kernel: RN32(scaled_max / amax), scaled_max = fp8_max * 2**-margin
+            s = F32(np.ldexp(_fp8_max(fmt), -margin)) / safe
+        else:  # _default_sf_compute: RN32(RN32(fp8_max / amax) / 2**margin); the first
+            # quotient can overflow to inf (then FLT_MAX below) where the fused one does not
+            s = (F32(_fp8_max(fmt)) / safe) / F32(np.ldexp(1.0, margin))
     s = np_.where(ok, s, _f32(scale, "scale"))
     s = np_.where(np_.isposinf(s), FLT_MAX, s)
     return new_h, s.astype(np.float32)

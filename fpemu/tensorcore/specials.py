@@ -3,9 +3,11 @@
 NVIDIA tensor cores write one NaN for every NaN result, 0x7FFFFFFF for FP32 D and 0x7FFF for
 FP16 D, and AMD CDNA3's fused paths write 0x7FFFFFFF (research note ``mma-parity.md`` sections
 1.1 and 3.4; MMA-Sim compares these bits with the GPUs). Where an instruction has no canonical
-NaN (FMA chains, CDNA1/CDNA2), :func:`encode` writes the IEEE quiet NaN and
-:func:`same_bits` compares NaN-ness only. Infinities and every finite value are the plain
-encoding of the D format (an e8m13 result is an FP32 word with its low 10 bits zero).
+NaN (FMA chains, CDNA1/CDNA2), :func:`encode` writes the NaN of the result value and
+:func:`same_bits` compares NaN-ness only. For FMA chains that NaN is IEEE 754 fma's: the first
+NaN operand, quieted (bit-compared against MMA-Sim in ``tests/test_mma_corners.py``).
+Infinities and every finite value are the plain encoding of the D format (an e8m13 result is
+an FP32 word with its low 10 bits zero).
 
 >>> import numpy as np
 >>> hex(int(encode(np.array([np.nan]), "sm90.mma.f16.f32")[0]))
