@@ -124,6 +124,18 @@ class WatchReport:
             )
         return "\n".join(lines) + "\n"
 
+    def to_html(self) -> str:
+        """One self-contained HTML page (:mod:`fpemu.validate.watch.report_html`)."""
+        from fpemu.validate.watch.report_html import watch_page  # noqa: PLC0415
+
+        return watch_page(self)
+
+    def render(self, console: Any = None) -> None:
+        """Print the summary, findings and the ops not identical as rich text."""
+        from fpemu.validate.watch.report_html import render  # noqa: PLC0415
+
+        render(self, console)
+
     def __repr__(self) -> str:
         return f"WatchReport({self.summary()!r})"
 
