@@ -54,13 +54,18 @@ SCALER_FLOAT = ("init_scale", "growth_factor", "backoff_factor")
 
 def configure(parser: argparse.ArgumentParser) -> None:
     """Add the ``validate`` arguments to ``parser``."""
-    parser.add_argument("framework", choices=["torch", "model"],
+    parser.add_argument("framework", choices=["torch", "model", "step"],
                         help="torch: check fpemu against PyTorch CPU (plus Keras 3 when "
                              "installed); model: train FILE.py:FACTORY's model side by "
-                             "side")  # fmt: skip
+                             "side; step: judge every ATen op of FILE.py:FUNC's training "
+                             "step (fpemu.watch)")  # fmt: skip
     parser.add_argument("target", nargs="?", metavar="FILE.py:FACTORY",
                         help="(model) a file and a function returning (model, inputs, targets"
-                             "[, options])")  # fmt: skip
+                             "[, options]); (step) a file and a function that sets up and "
+                             "returns the step function, called --steps times")  # fmt: skip
+    parser.add_argument("--policy", default=None, metavar="PRESET",
+                        help="(step) an fpemu policy whose formats the program may use "
+                             "outside autocast (default: the program's own autocast)")  # fmt: skip
     parser.add_argument("--json", metavar="FILE", type=Path, nargs="?", const=Path("-"),
                         help="write the report as JSON (to stdout without FILE)")  # fmt: skip
     parser.add_argument("--markdown", metavar="FILE", type=Path, nargs="?", const=Path("-"),
@@ -83,7 +88,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="SECTION",
         help=f"(torch) run only these sections: {', '.join(SECTIONS)}",
     )
-    parser.add_argument("--steps", type=int, default=None, help="(model) training steps (3)")
+    parser.add_argument("--steps", type=int, default=None,
+                        help="(model, step) training steps (3)")  # fmt: skip
     parser.add_argument("--autocast", default=None, metavar="|".join(AUTOCAST),
                         help="(model) CPU autocast dtype, or off (bf16)")  # fmt: skip
     parser.add_argument("--scaler", default=None, metavar="off|default|KEY=VALUE,...",
@@ -182,9 +188,10 @@ def check_flags(args: argparse.Namespace) -> None:
         UsageError: a ``(torch)`` flag with ``model`` or a ``(model)`` flag with ``torch``.
     """
     mine = args.framework
-    for flag, dest, owner in _FLAGS:
+    for flag, dest, owners in _FLAGS:
         value = getattr(args, dest)
-        if owner != mine and value not in (None, False):
+        owner = owners.split()[0]
+        if mine not in owners.split() and value not in (None, False):
             shown = f"{flag} {value}" if not isinstance(value, bool) else flag
             if isinstance(value, list):
                 shown = f"{flag} {' '.join(value)}"
@@ -192,12 +199,12 @@ def check_flags(args: argparse.Namespace) -> None:
                              f"{mine} --help lists its options")  # fmt: skip
 
 
-#: (flag, dest, the subcommand that reads it)
+#: (flag, dest, the subcommands that read it)
 _FLAGS = (("--quick", "quick", "torch"), ("--exhaustive", "exhaustive", "torch"),
-          ("--only", "only", "torch"), ("--steps", "steps", "model"),
+          ("--only", "only", "torch"), ("--steps", "steps", "model step"),
           ("--autocast", "autocast", "model"), ("--scaler", "scaler", "model"),
           ("--optimizer", "optimizer", "model"), ("--lr", "lr", "model"),
-          ("--lockstep", "lockstep", "model"))  # fmt: skip
+          ("--lockstep", "lockstep", "model"), ("--policy", "policy", "step"))  # fmt: skip
 
 
 def _write(text: str, where: Path, what: str) -> None:
@@ -306,10 +313,47 @@ def run_model(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
+def run_step(args: argparse.Namespace) -> int:
+    """``fpemu validate step FILE.py:FUNC``: ``FUNC()`` sets up (model, optimizer, data) and
+    returns the step function; the step runs ``--steps`` times under :func:`fpemu.watch`."""
+    from fpemu.amp.policy import preset_names  # noqa: PLC0415
+    from fpemu.validate.watch import watch  # noqa: PLC0415
+
+    if not args.target:
+        raise UsageError("FILE.py:FUNC (missing): accepted a Python file and a function "
+                         "returning the step function, e.g. fpemu validate step t.py:setup")  # fmt: skip
+    steps = 3 if args.steps is None else args.steps
+    if steps < 1:
+        raise UsageError(f"--steps {steps}: accepted an int >= 1")
+    if args.policy is not None and args.policy not in preset_names():
+        raise UsageError(f"--policy {args.policy}: accepted {', '.join(preset_names())}")
+    setup = load_factory(args.target)
+    try:
+        step = setup()
+    except Exception as exc:  # the user's function failed: one line (--debug: the traceback)
+        raise UsageError(f"FILE.py:FUNC {args.target}: the function raised "
+                         f"{_one_line(exc)}") from exc  # fmt: skip
+    if not callable(step):
+        raise UsageError(f"FILE.py:FUNC {args.target}: returned {type(step).__name__}; "
+                         "accepted the step function (a callable taking no arguments)")  # fmt: skip
+    try:
+        with watch(policy=args.policy) as w:
+            for _ in range(steps):
+                step()
+    except Exception as exc:  # the user's step failed: one line (--debug: the traceback)
+        raise UsageError(f"FILE.py:FUNC {args.target}: the step raised "
+                         f"{_one_line(exc)}") from exc  # fmt: skip
+    report = w.report()
+    emit(report, args)
+    write_html(args.html, report)
+    return 0 if report.ok else 1
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the checks; print the table; write the files asked for; return the exit status."""
-    if args.target is not None and args.framework != "model":
-        raise UsageError(f"FILE.py:FACTORY {args.target}: only 'fpemu validate model' takes one")
+    if args.target is not None and args.framework == "torch":
+        raise UsageError(f"FILE.py:FACTORY {args.target}: only 'fpemu validate model' and "
+                         "'fpemu validate step' take one")  # fmt: skip
     check_flags(args)  # bad invocations first: the same answer with or without torch
     check_outputs(args)
     check_html_path(args.html)
@@ -320,6 +364,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if args.framework == "model":
         return run_model(args)
+    if args.framework == "step":
+        return run_step(args)
     from fpemu.validate.suite import validate_torch  # noqa: PLC0415
 
     report = validate_torch(
