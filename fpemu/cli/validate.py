@@ -321,7 +321,7 @@ def run_step(args: argparse.Namespace) -> int:
 
     if not args.target:
         raise UsageError("FILE.py:FUNC (missing): accepted a Python file and a function "
-                         "returning the step function, e.g. fpemu validate step t.py:setup")  # fmt: skip
+                         "returning the step function, e.g. fpemu validate step t.py:setup")
     steps = 3 if args.steps is None else args.steps
     if steps < 1:
         raise UsageError(f"--steps {steps}: accepted an int >= 1")
