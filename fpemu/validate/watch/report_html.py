@@ -20,6 +20,11 @@ _TONE = {"identical": "good", "bounded": "", "not_emulated": "muted", "policy": 
 _COLUMNS = ("step", "phase", "module", "op", "verdict", "count", "differing", "max ulps", "cause")
 
 
+def _short(op: str) -> str:
+    """``aten.mm.default`` -> ``mm``; other overloads keep their name (``sum.dim_IntList``)."""
+    return op.removeprefix("aten.").removesuffix(".default")
+
+
 def _ulps(u: float) -> str:
     return "" if u == 0 else ("inf" if u == float("inf") else f"{u:.3g}")
 
@@ -82,11 +87,11 @@ def render(report: Any, console: Any = None) -> None:
         return
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     for col in ("step", "phase", "module", "op", "verdict", "n", "ulps"):
-        table.add_column(col, no_wrap=col not in ("module", "op"), overflow="fold")
+        table.add_column(col, no_wrap=col != "module", overflow="fold")
     for g in groups:
         style = {"differs": "red", "policy": "yellow", "not_emulated": "dim"}.get(g["verdict"], "")
         table.add_row(str(g["step"]), g["phase"], g["module"] or "-",
-                      g["op"].removeprefix("aten."), g["verdict"], str(g["count"]),
+                      _short(g["op"]), g["verdict"], str(g["count"]),
                       _ulps(g["ulps"]), style=style)  # fmt: skip
     console.print(table)
     causes = {g["cause"] for g in groups if g["verdict"] != "bounded"}
