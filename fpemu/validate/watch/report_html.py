@@ -87,7 +87,7 @@ def render(report: Any, console: Any = None) -> None:
         return
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     for col in ("step", "phase", "module", "op", "verdict", "n", "ulps"):
-        table.add_column(col, no_wrap=col != "module", overflow="fold")
+        table.add_column(col, no_wrap=col != "module", overflow="fold", min_width=len(col))
     for g in groups:
         style = {"differs": "red", "policy": "yellow", "not_emulated": "dim"}.get(g["verdict"], "")
         table.add_row(str(g["step"]), g["phase"], g["module"] or "-",
