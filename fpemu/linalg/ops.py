@@ -59,6 +59,7 @@ from typing import Any
 import numpy as np
 
 from fpemu.backend import xp
+from fpemu.daskarray import is_dask, matmul_dask
 from fpemu.formats import Format, FormatLike, get_format
 from fpemu.inputs import as_array, as_float_array
 from fpemu.linalg.chains import _NATIVE
@@ -99,7 +100,8 @@ def matmul(
             step and to the final rounding); ``"blocked"`` also takes ``block``.
 
     Returns:
-        float32 array if every ``out`` value fits float32, else float64.
+        float32 array if every ``out`` value fits float32, else float64. A Dask operand gives
+        a lazy Dask array, K in one chunk per output block (:mod:`fpemu.daskarray`).
 
     Raises:
         ValueError: shapes do not match, unknown model or format, bad option value.
@@ -111,6 +113,8 @@ def matmul(
     array([[1.0002000e+00, 4.0006638e-04],
            [8.0000000e+00, 9.0002003e+00]], dtype=float32)
     """
+    if is_dask(a) or is_dask(b) or is_dask(c):  # lazily, K whole per block (fpemu.daskarray)
+        return matmul_dask(a, b, c=c, fmt=fmt, acc=acc, out=out, model=model, **options)
     f = get_format(fmt, arg="fmt")
     # An instruction model with mixed A/B formats (e4m3 x e5m2, FP6/FP4): b in its own format.
     fb = get_format(options["b_fmt"], arg="b_fmt") if options.get("b_fmt") is not None else f
