@@ -239,14 +239,16 @@ def local_cluster(workers: int, *, processes: bool = True) -> Iterator[Any]:
     stopped on exit.
 
     Raises:
-        ValueError: ``workers`` is not an int >= 1. ImportError: Dask is missing.
+        ValueError: ``workers`` is not an int >= 1. ModuleNotFoundError: no ``distributed``.
+
+    >>> with local_cluster(1, processes=False) as client:
+    ...     client.submit(sum, [1, 2]).result()
+    3
     """
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers={workers!r}: expected an int >= 1")
-    try:
-        from distributed import Client, LocalCluster  # noqa: PLC0415 - optional dependency
-    except ImportError:
-        raise ImportError("a local cluster needs Dask: pip install 'fpemu[scale]'") from None
+    from distributed import Client, LocalCluster  # noqa: PLC0415 - optional dependency
+
     cluster = LocalCluster(  # type: ignore[no-untyped-call,unused-ignore]
         n_workers=workers, threads_per_worker=1, processes=processes, dashboard_address=None
     )

@@ -1,7 +1,9 @@
 """``fpemu verify CAMPAIGN``: run a verification campaign (see :mod:`fpemu.verify`).
 
 Prints the report (a rich table, ``--json`` or ``--markdown``); exit status 0 when the campaign
-is complete without a mismatch, 1 otherwise, 2 for bad arguments.
+is complete without a mismatch, 1 otherwise, 2 for bad arguments. ``--workers N`` runs it on a
+``distributed.LocalCluster`` of N worker processes started and stopped for the run
+(``pip install 'fpemu[scale]'``); ``--scheduler ADDRESS`` on a cluster already running.
 
 >>> import argparse
 >>> p = argparse.ArgumentParser(prog="fpemu verify")
@@ -17,11 +19,13 @@ fpemu.sqrt to float8_e4m3fn, mode rna, vs the independent checker: ... (256 case
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 
 from rich.console import Console
 
 from fpemu.cli.errors import UsageError
+from fpemu.daskarray import local_cluster
 from fpemu.verify import campaigns, get_campaign, run_campaign
 
 
@@ -42,10 +46,35 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="dask.distributed scheduler address (tcp://host:8786), or 'sync' "
         "(one process) or 'threads' (default when Dask is installed)",
     )
+    parser.add_argument(
+        "--workers",
+        metavar="N",
+        help="start a local Dask cluster of N one-thread worker processes for this run "
+        "(stopped at the end; not with --scheduler)",
+    )
     parser.add_argument("--chunks", type=int, metavar="N", help="number of chunks (tasks)")
     out = parser.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="print the report as JSON")
     out.add_argument("--markdown", action="store_true", help="print the report as markdown")
+
+
+def _workers(value: str | None, scheduler: str | None) -> int | None:
+    """``--workers N`` as an int >= 1 (None when not given); not with ``--scheduler``."""
+    if value is None:
+        return None
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise UsageError(f"--workers {value}: expected an integer >= 1")
+    if scheduler is not None:
+        raise UsageError(
+            f"--workers {value}: starts its own local cluster; not with --scheduler {scheduler}"
+        )
+    if importlib.util.find_spec("distributed") is None:
+        raise UsageError(f"--workers {value}: needs distributed: pip install 'fpemu[scale]'")
+    return n
 
 
 def run(args: argparse.Namespace) -> int:
@@ -71,8 +100,13 @@ def run(args: argparse.Namespace) -> int:
             f"--scheduler {sched}: expected 'sync', 'threads' or an address "
             "such as tcp://127.0.0.1:8786"
         )
+    workers = _workers(args.workers, sched)
     try:
-        report = run_campaign(c, results=args.results, chunks=args.chunks, scheduler=sched)
+        if workers is None:
+            report = run_campaign(c, results=args.results, chunks=args.chunks, scheduler=sched)
+        else:
+            with local_cluster(workers) as client:
+                report = run_campaign(c, results=args.results, chunks=args.chunks, scheduler=client)
     except (ValueError, RuntimeError) as exc:  # a results folder of another run, no Dask
         raise UsageError(str(exc).splitlines()[0]) from None
     if args.json:
