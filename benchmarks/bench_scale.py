@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from timing import median_time
+from timing import best_time, median_time
 
 import fpemu
 from fpemu.nn import functional
@@ -81,18 +81,23 @@ def workloads() -> dict[str, Callable[[], Any]]:
 def thread_scaling(repeats: int) -> None:
     cores = len(os.sched_getaffinity(0))
     counts = sorted({1, 2, cores})
-    print(f"\n1. Threads (medians of {repeats}; speedup = time at 1 thread / time at n)")
+    print(
+        f"\n1. Threads: best of {repeats} runs, the thread counts interleaved run by run (so "
+        "that they meet the same machine load); speedup = time at 1 thread / time at n"
+    )
     print(f"{'workload':24} {'threads':>7} {'seconds':>9} {'speedup':>8} {'bits = 1 thread':>16}")
     for name, fn in workloads().items():
-        base = ref = None
-        for n in counts:
+        results, best = {}, dict.fromkeys(counts, float("inf"))
+        for n in counts:  # warm-up, and the results to compare
             with fpemu.threads(n):
-                t = median_time(fn, repeats)
-                got = fn()
-            if ref is None:
-                base, ref = t, got
-            assert base is not None
-            print(f"{name:24} {n:>7} {t:>9.3f} {base / t:>7.2f}x {same(got, ref)!s:>16}")
+                results[n] = fn()
+        for _ in range(repeats):
+            for n in counts:
+                with fpemu.threads(n):
+                    best[n] = min(best[n], best_time(fn, 1))
+        for n in counts:
+            eq = same(results[n], results[1])
+            print(f"{name:24} {n:>7} {best[n]:>9.3f} {best[1] / best[n]:>7.2f}x {eq!s:>16}")
 
 
 def dask_vs_in_process(repeats: int) -> None:
