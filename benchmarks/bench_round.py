@@ -60,7 +60,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--no-gfloat", action="store_true", help="skip gfloat (slow at 10**7)")
     args = ap.parse_args()
-    print(f"fpemu.round uses {fpemu.rounding.THREADS} thread(s); ns/element, best of {args.repeat}")
+    print(f"fpemu.round uses {fpemu.num_threads()} thread(s); ns/element, best of {args.repeat}")
     print(f"{'n':>9} {'dist':5} {'format':14} {'fpemu':>7} {'numpy f16':>9} {'ml_dtypes':>9} "
           f"{'gfloat':>8} {'ml/fpemu':>8} {'gfloat/fpemu':>12}")  # fmt: skip
     with np.errstate(all="ignore"):

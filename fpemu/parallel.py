@@ -220,6 +220,17 @@ _BLAS_DEPTH = 0
 _BLAS_RESTORE: Any = None
 
 
+def _after_fork() -> None:
+    """A forked child has none of the parent's pool threads: start afresh."""
+    global _BLAS_LOCK, _BLAS_DEPTH, _BLAS_RESTORE
+    _pool.cache_clear()
+    _BLAS_LOCK, _BLAS_DEPTH, _BLAS_RESTORE = threading.Lock(), 0, None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
+
+
 @functools.lru_cache(maxsize=1)
 def _controller() -> Any:
     from threadpoolctl import ThreadpoolController  # noqa: PLC0415 - only when tiles run

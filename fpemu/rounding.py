@@ -41,6 +41,7 @@ import numpy as np
 
 from fpemu import parallel
 from fpemu.backend import scratch, xp
+from fpemu.daskarray import is_dask, round_dask
 from fpemu.formats import OVERFLOWS, Format, FormatLike, Overflow, get_format
 from fpemu.inputs import as_array, as_float_array, result_dtype
 
@@ -110,7 +111,8 @@ def round(  # noqa: A001 - the natural name; numpy has np.round too
     Args:
         x: values: any input :mod:`fpemu.inputs` accepts (float16/32/64 arrays in either byte
             order, ml_dtypes arrays, integers, bools, Python numbers and lists, CPU torch
-            tensors, CuPy arrays). The result has the shape of ``x`` and the dtype of
+            tensors, CuPy arrays; a Dask array gives a lazy Dask array with its chunks, see
+            :mod:`fpemu.daskarray`). The result has the shape of ``x`` and the dtype of
             :func:`fpemu.inputs.result_dtype`: float64 for float64, integer, bool and Python
             input; float32 for float32 input; float16 data give float16 where ``fmt`` fits it
             and ml_dtypes data float32, both widened as far as ``fmt`` needs. A scalar gives a
@@ -143,6 +145,8 @@ def round(  # noqa: A001 - the natural name; numpy has np.round too
             integer in ``x`` that is not exactly a float64; ``rng``
             missing for stochastic rounding or given for another mode.
     """
+    if type(x) is not np.ndarray and is_dask(x):  # lazily, chunk by chunk (fpemu.daskarray)
+        return round_dask(x, fmt, mode=mode, subnormals=subnormals, overflow=overflow, rng=rng)
     f = get_format(fmt)
     if not (f.signed and f.zero):  # E8M0/UE4M3: their rounding is a scale rule (fpemu.quant)
         raise ValueError(f"fmt={f.name!r} is a scale format; compute scales with fpemu.quant")

@@ -17,6 +17,7 @@ import pytest
 
 import fpemu
 from fpemu.formats import get_format
+from fpemu.linalg.ops import _exact_float64
 from fpemu.tensorcore import ARCHS, chain_blocks
 from fpemu.tensorcore.mma import dpa, mma
 
@@ -103,3 +104,29 @@ def test_instruction_model_batch_equals_mma_per_matrix(name: str) -> None:
     got = fpemu.matmul(a, b, fmt="fp16", model=name)
     want = np.stack([mma(a[i], b[i], instruction=name) for i in range(60)])
     assert np.array_equal(bits(got), bits(want.astype(np.float32)))
+
+
+@pytest.mark.parametrize("fmt", ["fp16", "bf16", "tf32", "e5m2", "float8_e4m3", "fp32", "e4m3"])
+def test_exact_input_skip_agrees_with_round(fmt: str) -> None:
+    """matmul skips rounding an input exactly when fpemu.round would return it unchanged
+    (checked for IEEE-style formats with subnormals; e4m3fn is always rounded)."""
+    f = get_format(fmt)
+    checked = f.specials == "ieee" and f.subnormals
+    rng = np.random.default_rng(6)
+    grid = np.asarray(fpemu.round(rng.standard_normal(600) * np.exp2(rng.integers(-40, 40, 600)),
+                                  f, overflow="saturate"), dtype=np.float64)  # fmt: skip
+    sub = np.arange(-4, 5) * 2.0 ** (f.emin - f.mbits)  # the subnormal grid and zeros
+    big = 2.0 ** (f.emax + 1)  # on the grid, one binade above the top: overflow
+    edges = np.array([f.max, -f.max, f.tiny, 0.0, -0.0, np.inf, -np.inf, np.nan, big, -big])
+    base = np.concatenate([grid, sub, edges])
+    cands = np.concatenate([base, np.nextafter(base, np.inf), np.nextafter(base, -np.inf),
+                            base + 2.0 ** (f.emin - f.mbits - 1)])  # fmt: skip
+    for v in cands:
+        x = np.array([[v]])
+        with np.errstate(over="ignore", invalid="ignore"):
+            r = np.asarray(fpemu.round(x, f), dtype=np.float64)
+        same_bits = bool((r.view(np.uint64) == x.view(np.uint64)).all())
+        want = checked and same_bits and bool(np.isfinite(v))
+        assert _exact_float64(x, f) == want, (fmt, v)
+    assert _exact_float64(grid.reshape(20, 30), f) == checked  # a whole array on the grid
+    assert not _exact_float64(np.append(grid, 1 + 2.0 ** -(f.mbits + 1)), f)  # one value off

@@ -285,3 +285,21 @@ def test_training_step_same_bits(small_grain: list[int]) -> None:
         got = step()
     assert all(same_bits(g, w) for g, w in zip(got, want, strict=True))
     assert max(small_grain) > 1
+
+
+@pytest.mark.filterwarnings("ignore:.*fork.*:DeprecationWarning")  # Python 3.12+ warns
+def test_forked_child_gets_a_fresh_pool() -> None:
+    """A child forked after the pool started must not wait on the parent's threads (without
+    the fork hook it waits forever: the timeout turns that into a failure)."""
+    import multiprocessing  # noqa: PLC0415
+
+    with fpemu.threads(2):
+        parallel.run(lambda i: i, [0, 1])  # the parent's pool has threads now
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(1) as pool:
+        assert pool.apply_async(_child_tiles).get(timeout=120) == [0, 1, 4]
+
+
+def _child_tiles() -> list[int]:
+    with fpemu.threads(2):
+        return parallel.run(lambda i: i * i, [0, 1, 2])

@@ -5,7 +5,9 @@ cases``; ``--json`` or ``--markdown``); exit status 0 when the campaign is compl
 mismatch, 1 otherwise, 2 for bad arguments. ``--list`` prints the campaigns grouped by family
 (the operation), sorted, with their sizes (``2^32 (4.3 G)``); ``--list --filter GLOB`` only
 those whose name matches. The results folder and a scheduler address are checked before
-anything runs (an address must answer within a few seconds).
+anything runs (an address must answer within a few seconds). ``--workers N`` runs it on a
+``distributed.LocalCluster`` of N worker processes started and stopped for the run
+(``pip install 'fpemu[scale]'``); ``--scheduler ADDRESS`` on a cluster already running.
 
 >>> import argparse
 >>> p = argparse.ArgumentParser(prog="fpemu verify")
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import fnmatch
+import importlib.util
 import os
 import re
 import socket
@@ -33,6 +36,7 @@ from pathlib import Path
 from fpemu.cli import output
 from fpemu.cli.errors import UsageError
 from fpemu.cli.html_out import add_html_option, check_html_path, write_html
+from fpemu.daskarray import local_cluster
 from fpemu.verify import campaigns, get_campaign, run_campaign
 
 #: Seconds to wait for a scheduler address to accept a connection.
@@ -59,6 +63,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="ADDRESS",
         help="dask.distributed scheduler address (tcp://host:8786), or 'sync' "
         "(one process) or 'threads' (default when Dask is installed)",
+    )
+    parser.add_argument(
+        "--workers",
+        metavar="N",
+        help="start a local Dask cluster of N one-thread worker processes for this run "
+        "(stopped at the end; not with --scheduler)",
     )
     parser.add_argument("--chunks", type=int, metavar="N", help="number of chunks (tasks)")
     out = parser.add_mutually_exclusive_group()
@@ -114,7 +124,7 @@ def _check_list(args: argparse.Namespace) -> None:
                          f"--list --filter '{args.campaign}*'")  # fmt: skip
     for flag, value in (("--results", args.results), ("--scheduler", args.scheduler),
                         ("--chunks", args.chunks), ("--json", args.json or None),
-                        ("--markdown", args.markdown or None)):  # fmt: skip
+                        ("--markdown", args.markdown or None), ("--workers", args.workers)):  # fmt: skip
         if value is not None:
             raise UsageError(f"{flag}: not with --list (--list prints the campaigns and exits; "
                              "--filter GLOB selects them)")  # fmt: skip
@@ -163,6 +173,25 @@ def check_scheduler(address: str, timeout: float = CONNECT_TIMEOUT) -> None:
                          ) from None  # fmt: skip
 
 
+def _workers(value: str | None, scheduler: str | None) -> int | None:
+    """``--workers N`` as an int >= 1 (None when not given); not with ``--scheduler``."""
+    if value is None:
+        return None
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise UsageError(f"--workers {value}: expected an integer >= 1")
+    if scheduler is not None:
+        raise UsageError(
+            f"--workers {value}: starts its own local cluster; not with --scheduler {scheduler}"
+        )
+    if importlib.util.find_spec("distributed") is None:
+        raise UsageError(f"--workers {value}: needs distributed: pip install 'fpemu[scale]'")
+    return n
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the campaign named by ``args``; 0 when complete without mismatch, else 1."""
     check_html_path(args.html)
@@ -194,10 +223,15 @@ def run(args: argparse.Namespace) -> int:
         )
     if sched is not None and sched not in ("sync", "threads"):
         check_scheduler(sched)
+    workers = _workers(args.workers, sched)
     if args.results is not None:
         _check_results(args.results)
     try:
-        report = run_campaign(c, results=args.results, chunks=args.chunks, scheduler=sched)
+        if workers is None:
+            report = run_campaign(c, results=args.results, chunks=args.chunks, scheduler=sched)
+        else:
+            with local_cluster(workers) as client:
+                report = run_campaign(c, results=args.results, chunks=args.chunks, scheduler=client)
     except (ValueError, RuntimeError, OSError) as exc:  # another run's folder, no Dask
         raise UsageError(str(exc).splitlines()[0]) from None
     if args.json:

@@ -59,6 +59,7 @@ from typing import Any
 import numpy as np
 
 from fpemu.backend import xp
+from fpemu.daskarray import is_dask, matmul_dask
 from fpemu.formats import Format, FormatLike, get_format
 from fpemu.inputs import as_array, as_float_array
 from fpemu.linalg.chains import _NATIVE
@@ -99,7 +100,8 @@ def matmul(
             step and to the final rounding); ``"blocked"`` also takes ``block``.
 
     Returns:
-        float32 array if every ``out`` value fits float32, else float64.
+        float32 array if every ``out`` value fits float32, else float64. A Dask operand gives
+        a lazy Dask array, K in one chunk per output block (:mod:`fpemu.daskarray`).
 
     Raises:
         ValueError: shapes do not match, unknown model or format, bad option value.
@@ -111,6 +113,8 @@ def matmul(
     array([[1.0002000e+00, 4.0006638e-04],
            [8.0000000e+00, 9.0002003e+00]], dtype=float32)
     """
+    if is_dask(a) or is_dask(b) or is_dask(c):  # lazily, K whole per block (fpemu.daskarray)
+        return matmul_dask(a, b, c=c, fmt=fmt, acc=acc, out=out, model=model, **options)
     f = get_format(fmt, arg="fmt")
     # An instruction model with mixed A/B formats (e4m3 x e5m2, FP6/FP4): b in its own format.
     fb = get_format(options["b_fmt"], arg="b_fmt") if options.get("b_fmt") is not None else f
@@ -234,9 +238,49 @@ def _round_input(x: Any, given: Any, f: Format, *, keep32: bool) -> Any:
         src == np_.float32 and _same_format(f, _F32)
     ):
         return x
+    if np_ is np and x.dtype == np.float64 and _exact_float64(x, f):
+        # already on f's grid (pre-rounded data, the common case): rounding would return x,
+        # and these read-only checks cost a fraction of a rounding pass
+        return x.astype(np.float32) if keep32 else x
     if np_ is np and x.dtype == np.float64 and _same_format(f, _F16):
         # NumPy's float64 -> float16 cast is this rounding (RNE, gradual underflow, overflow to
         # inf; the test of the accumulator casts checks it against the oracle), in one pass
         with np.errstate(over="ignore", invalid="ignore"):
             return x.astype(np.float16).astype(np.float32 if keep32 else np.float64)
     return fround(x, f)
+
+
+_ABS = np.uint64(0x7FFF_FFFF_FFFF_FFFF)
+
+
+def _exact_float64(x: Any, f: Format) -> bool:
+    """Whether ``fpemu.round(x, f)`` would return ``x`` itself, bit for bit (float64 ``x``).
+
+    Checked for IEEE-style formats with subnormals only (their every finite value, either
+    zero sign included, rounds to itself): no fraction bit below ``f``'s, no magnitude above
+    ``f.max`` (which also excludes infinities and NaN, whose bits lie above every finite
+    value's), and values below ``2**emin`` on the subnormal grid. A False only means "round it".
+
+    >>> from fpemu.formats import get_format
+    >>> h = get_format("fp16")
+    >>> _exact_float64(np.array([1.5, -0.0, 2.0**-24, 65504.0]), h)
+    True
+    >>> [_exact_float64(np.array([v]), h) for v in (1 + 2.0**-11, 2.0**-25, 65520.0, np.inf)]
+    [False, False, False, False]
+    """
+    if not (f.specials == "ieee" and f.subnormals and f.emin >= -1022 and f.mbits < 52):
+        return False
+    if x.size == 0:
+        return True
+    u = x.view(np.uint64)
+    if int(np.bitwise_or.reduce(u, axis=None)) & ((1 << (52 - f.mbits)) - 1):
+        return False  # a fraction bit below f's (in some value)
+    mag = np.bitwise_and(u, _ABS)
+    if int(mag.max()) > int(np.float64(f.max).view(np.uint64)):
+        return False  # above f.max: overflow, an infinity or a NaN
+    small = mag < np.float64(2.0**f.emin).view(np.uint64)  # zeros and f's subnormal range
+    if bool(small.any()):
+        t = np.ldexp(x[small], f.mbits - f.emin)  # exact: multiples of the subnormal quantum
+        if not bool((t == np.trunc(t)).all()):
+            return False
+    return True

@@ -22,6 +22,7 @@ import numpy as np
 from fpemu import parallel
 from fpemu.backend import xp
 from fpemu.bits import canonical_nan, decode, encode
+from fpemu.daskarray import dequantize_dask, is_dask, quantize_dask
 from fpemu.formats import Format
 from fpemu.inputs import _ml_float
 from fpemu.quant.block import BlockFormat, BlockFormatLike, get_block_format
@@ -74,7 +75,8 @@ def quantize(
     Args:
         x: float array (float16/32/64, or an ml_dtypes float such as bfloat16, converted
             exactly to float32). NVFP4 and the ``rceil`` amax work in float32, as their
-            kernels do (wider input is first rounded to float32).
+            kernels do (wider input is first rounded to float32). A Dask array gives a
+            :class:`Quantized` of lazy Dask arrays (:mod:`fpemu.daskarray`).
         block_format: a name (``"mxfp8_e4m3"``, ``"mxfp4"``, ``"nvfp4"``, ...) or BlockFormat.
         axis: block axis (default: the format's, -1 for every preset).
         scale_rule: MX: ``"floor"``, ``"ceil"``, ``"even"``, ``"rceil"``; NVFP4: ``"te"``,
@@ -90,6 +92,19 @@ def quantize(
         ValueError: unknown block format or rule, a rule the format does not have, a block
             size that does not divide the axis, a bad axis, NaN input to NVFP4.
     """
+    if is_dask(x):  # lazily, chunk by chunk (fpemu.daskarray)
+        lazy: Quantized = quantize_dask(x, block_format, axis=axis, scale_rule=scale_rule,
+                                        mode=mode, rng=rng, pad=pad)  # fmt: skip
+        return lazy
+    return _quantize(x, block_format, axis=axis, scale_rule=scale_rule, mode=mode, rng=rng,
+                     pad=pad)  # fmt: skip
+
+
+def _quantize(x: Any, block_format: BlockFormatLike, *, axis: int | None = None,
+              scale_rule: str | None = None, mode: str = "rne", rng: Any = None,
+              pad: bool = False, tensor_amax: Any = None) -> Quantized:  # fmt: skip
+    """:func:`quantize`; ``tensor_amax``: NVFP4's tensor maximum when ``x`` is a chunk of the
+    tensor (None: ``x``'s own)."""
     bf = get_block_format(block_format)
     rule = bf.scale_rule if scale_rule is None else scale_rule
     if rule not in bf.rules:
@@ -117,7 +132,7 @@ def quantize(
         xm = _pad(xm, -2, bf.tile_rows, pad, "rows")
     blocks = xm.reshape(*xm.shape[:-1], xm.shape[-1] // bf.block_size, bf.block_size)
     if bf.two_level:
-        out = _quantize_nvfp4(blocks, bf, rule, mode, rng)
+        out = _quantize_nvfp4(blocks, bf, rule, mode, rng, tensor_amax)
     else:
         out = _quantize_mx_tiles(blocks, bf, rule, mode, rng)
     elems, ecodes, scales, scodes, tensor = out
@@ -146,6 +161,8 @@ def dequantize(q: Quantized) -> Any:
     """
     if not isinstance(q, Quantized):
         raise TypeError(f"q must be a fpemu.quant.Quantized, got {type(q).__name__}")
+    if is_dask(q.elements):
+        return dequantize_dask(q)
     np_ = xp(q.elements)
     bs = q.block_format.block_size
     e = np_.moveaxis(q.elements, q.axis, -1)
@@ -260,13 +277,17 @@ def _code_table(el: Format) -> Any:
     return table
 
 
-def _quantize_nvfp4(blocks: Any, bf: BlockFormat, rule: str, mode: str, rng: Any) -> Any:
+def _quantize_nvfp4(
+    blocks: Any, bf: BlockFormat, rule: str, mode: str, rng: Any, tensor_amax: Any = None
+) -> Any:
     np_ = xp(blocks)
     b32 = blocks.astype(np_.float32, copy=False)
     amax = _amax(b32, bf.tile_rows)  # NaN propagates into the block maxima
     if bool(np_.isnan(amax).any()):
         raise ValueError("x contains NaN; NVFP4 scale rules are defined for non-NaN tensors")
     g = np_.max(amax) if amax.size else np.float32(0)
+    if tensor_amax is not None:  # a chunk of a larger tensor (fpemu.daskarray)
+        g = np.float32(tensor_amax)
     s_b, inv, tensor = two_level_scales(amax, g, rule)
     with np.errstate(over="ignore", invalid="ignore"):
         y = b32 * inv[..., None]  # one float32 rounding, as the kernel's mul.f32

@@ -1,0 +1,177 @@
+"""What scales how: fpemu's threads, a Dask LocalCluster, and the batched public matmul.
+
+Three tables, every ratio measured in this run (medians of ``--repeats`` calls after a warm-up):
+
+1. Thread scaling (``fpemu.threads``: 1, 2, all cores): a 512^3 h100 matmul (fp16 inputs),
+   ``fpemu.round`` of 10^7 float64 values to fp16, and a training step (forward, backward and
+   SGD update of an MLP whose matmuls accumulate with the h100 model). Each result is compared
+   bit for bit with the one-thread result.
+2. Dask: the same matmul and round on a ``distributed.LocalCluster`` (2 worker processes, one
+   thread each) against the in-process call on all cores, bits compared.
+3. A batch of 10^5 K=16 fp16 dot products through the public ``fpemu.matmul(a[:, None, :],
+   b[:, :, None], c=..., model="h100")`` against ``fpemu.tensorcore.mma.dpa`` on the same
+   rows, ns per product, at one thread and at all cores.
+
+The machine's load (``os.getloadavg``) is printed before and after: on a shared machine a
+load above the core count means the threads compete with other work and the speedups are low.
+
+Run: python benchmarks/bench_scale.py [--repeats 5] [--no-dask]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(__file__))
+from timing import best_time, median_time
+
+import fpemu
+from fpemu.nn import functional
+from fpemu.nn.optim import SGD
+from fpemu.tensorcore.mma import dpa
+
+
+def bits(x: Any) -> np.ndarray:
+    x = np.asarray(x)
+    return x.view({2: np.uint16, 4: np.uint32, 8: np.uint64}[x.dtype.itemsize])
+
+
+def same(x: Any, y: Any) -> bool:
+    if isinstance(x, list):
+        return all(same(a, b) for a, b in zip(x, y, strict=True))
+    return np.asarray(x).dtype == np.asarray(y).dtype and np.array_equal(bits(x), bits(y))
+
+
+def load() -> str:
+    one, five, _ = os.getloadavg()
+    return f"load average {one:.2f} (1 min), {five:.2f} (5 min) on {os.cpu_count()} cores"
+
+
+def workloads() -> dict[str, Callable[[], Any]]:
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((512, 512)).astype(np.float16)
+    b = rng.standard_normal((512, 512)).astype(np.float16)
+    x = rng.standard_normal(10**7) * np.exp2(rng.integers(-20, 20, 10**7))
+    pol = dataclasses.replace(fpemu.get_policy("torch_cuda_bf16"), acc_model="h100")
+    xb = rng.standard_normal((256, 256)).astype(np.float32)
+    yb = np.arange(256) % 10
+
+    def step() -> list[np.ndarray]:
+        m = fpemu.MLP([256, 512, 10], policy=pol, seed=0)
+        opt = SGD(m.parameters(), lr=0.05)
+        loss = functional.cross_entropy(m(xb), yb)
+        loss.backward()
+        opt.step()
+        return [np.asarray(p.data) for p in m.parameters()]
+
+    return {
+        "matmul 512^3 h100": lambda: fpemu.matmul(a, b, fmt="fp16", model="h100"),
+        "round 1e7 -> fp16": lambda: fpemu.round(x, "fp16"),
+        "train step (h100 acc)": step,
+    }
+
+
+def thread_scaling(repeats: int) -> None:
+    cores = len(os.sched_getaffinity(0))
+    counts = sorted({1, 2, cores})
+    print(
+        f"\n1. Threads: best of {repeats} runs, the thread counts interleaved run by run (so "
+        "that they meet the same machine load); speedup = time at 1 thread / time at n"
+    )
+    print(f"{'workload':24} {'threads':>7} {'seconds':>9} {'speedup':>8} {'bits = 1 thread':>16}")
+    for name, fn in workloads().items():
+        results, best = {}, dict.fromkeys(counts, float("inf"))
+        for n in counts:  # warm-up, and the results to compare
+            with fpemu.threads(n):
+                results[n] = fn()
+        for _ in range(repeats):
+            for n in counts:
+                with fpemu.threads(n):
+                    best[n] = min(best[n], best_time(fn, 1))
+        for n in counts:
+            eq = same(results[n], results[1])
+            print(f"{name:24} {n:>7} {best[n]:>9.3f} {best[1] / best[n]:>7.2f}x {eq!s:>16}")
+
+
+def dask_vs_in_process(repeats: int) -> None:
+    import dask.array as da  # noqa: PLC0415 - optional
+    from distributed import Client, LocalCluster, wait  # noqa: PLC0415
+
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((512, 512)).astype(np.float16).astype(np.float64)
+    b = rng.standard_normal((512, 512)).astype(np.float16).astype(np.float64)
+    x = rng.standard_normal(10**7)
+    print(f"\n2. Dask LocalCluster (2 worker processes x 1 thread; inputs already on the workers, "
+          f"results left there) vs in process (all cores), medians of {repeats}")  # fmt: skip
+    print(f"{'workload':24} {'in process':>10} {'dask':>9} {'dask/in':>8} {'bits equal':>10}")
+    with (
+        LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+        ) as cluster,  # fmt: skip
+        Client(cluster) as client,
+    ):
+        A = client.persist(da.from_array(a, chunks=(256, 512)))
+        B = client.persist(da.from_array(b, chunks=(512, 512)))
+        X = client.persist(da.from_array(x, chunks=10**7 // 4))
+        wait([A, B, X])
+        cases = {
+            "matmul 512^3 h100": (
+                lambda: fpemu.matmul(a, b, fmt="fp16", model="h100"),
+                lambda: fpemu.matmul(A, B, fmt="fp16", model="h100"),
+            ),
+            "round 1e7 -> fp16": (lambda: fpemu.round(x, "fp16"), lambda: fpemu.round(X, "fp16")),
+        }
+        for name, (mem, lazy) in cases.items():
+            tm = median_time(mem, repeats)
+            td = median_time(lambda lazy=lazy: wait(client.persist(lazy())), repeats)
+            eq = same(client.compute(lazy()).result(), mem())
+            print(f"{name:24} {tm:>10.3f} {td:>9.3f} {td / tm:>7.2f}x {eq!s:>10}")
+
+
+def batched_dots(repeats: int) -> None:
+    rng = np.random.default_rng(2)
+    B, K = 10**5, 16
+    a = rng.standard_normal((B, K)).astype(np.float16).astype(np.float64)
+    b = rng.standard_normal((B, K)).astype(np.float16).astype(np.float64)
+    c = rng.standard_normal(B).astype(np.float32).astype(np.float64)
+
+    def pub() -> Any:
+        return fpemu.matmul(a[:, None, :], b[:, :, None], c=c[:, None, None], fmt="fp16",
+                            model="h100")  # fmt: skip
+
+    def direct() -> Any:
+        return dpa(a, b, c, instruction="sm90.wgmma.f16.f32")
+
+    print(f"\n3. 10^5 K=16 fp16 dot products (float64 arrays of fp16 values), ns per product, "
+          f"medians of {repeats}")  # fmt: skip
+    print(f"{'threads':>7} {'fpemu.matmul':>12} {'dpa':>7} {'matmul/dpa':>10} {'bits equal':>10}")
+    for n in sorted({1, len(os.sched_getaffinity(0))}):
+        with fpemu.threads(n):
+            tp = median_time(pub, repeats) / (B * K) * 1e9
+            td = median_time(direct, repeats) / (B * K) * 1e9
+            eq = same(np.asarray(pub(), dtype=np.float64)[:, 0, 0], direct())
+        print(f"{n:>7} {tp:>12.1f} {td:>7.1f} {tp / td:>9.2f}x {eq!s:>10}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--no-dask", action="store_true", help="skip the LocalCluster table")
+    args = ap.parse_args()
+    print(f"before: {load()}")
+    thread_scaling(args.repeats)
+    if not args.no_dask:
+        dask_vs_in_process(args.repeats)
+    batched_dots(args.repeats)
+    print(f"\nafter: {load()}")
+
+
+if __name__ == "__main__":
+    main()
