@@ -124,7 +124,8 @@ def _check_list(args: argparse.Namespace) -> None:
                          f"--list --filter '{args.campaign}*'")  # fmt: skip
     for flag, value in (("--results", args.results), ("--scheduler", args.scheduler),
                         ("--chunks", args.chunks), ("--json", args.json or None),
-                        ("--markdown", args.markdown or None), ("--workers", args.workers)):  # fmt: skip
+                        ("--markdown", args.markdown or None),
+                        ("--workers", args.workers)):  # fmt: skip
         if value is not None:
             raise UsageError(f"{flag}: not with --list (--list prints the campaigns and exits; "
                              "--filter GLOB selects them)")  # fmt: skip
