@@ -24,8 +24,8 @@ from fpemu.amp.policy import autocast, get_policy
 from fpemu.nn import functional as fn
 from fpemu.nn.optim import SGD
 from fpemu.validate import compare_torch, from_torch
-from fpemu.validate.compare import policy_for
-from fpemu.validate.torch_run import TorchTrainer
+from fpemu.validate.twin.compare import policy_for
+from fpemu.validate.twin.torch_run import TorchTrainer
 
 WIDTH, BATCH, STEPS, FEATURES, CLASSES = 256, 256, 20, 256, 10
 

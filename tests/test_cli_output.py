@@ -19,14 +19,14 @@ from typing import Any
 
 import pytest
 
-import fpemu.validate.suite as suite
+import fpemu.validate.frameworks.suite as suite
 from fpemu.cli import COMMANDS, main
 from fpemu.cli.output import RStripWriter
 from fpemu.cli.quant_explain import BLOCK_NAMES
 from fpemu.quant import BLOCK_FORMATS, get_block_format
 from fpemu.tensorcore import INSTRUCTIONS
 from fpemu.training import experiment as exp
-from fpemu.validate.report import CheckResult, Report
+from fpemu.validate.frameworks.report import CheckResult, Report
 from fpemu.verify import campaigns
 
 ROOT = Path(__file__).resolve().parent.parent

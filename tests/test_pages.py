@@ -15,8 +15,8 @@ import pytest
 
 from fpemu.pages import NO_PLOTS, Page, line_chart, stacked_bars, ulp_heatmap
 from fpemu.pages.figures import available
-from fpemu.validate.model_report import ModelReport, TensorCheck
-from fpemu.validate.report import CheckResult, Report
+from fpemu.validate.frameworks.report import CheckResult, Report
+from fpemu.validate.twin.model_report import ModelReport, TensorCheck
 from fpemu.verify.report import ChunkResult
 from fpemu.verify.report import Report as CampaignReport
 from fpemu.verify.report_html import campaigns_page

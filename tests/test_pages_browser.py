@@ -34,7 +34,7 @@ import pytest
 
 from fpemu.pages import Page
 from fpemu.pages.figures import available
-from fpemu.validate.report import CheckResult, Report
+from fpemu.validate.frameworks.report import CheckResult, Report
 from fpemu.verify.report import ChunkResult
 from fpemu.verify.report import Report as CampaignReport
 from tests.page_parser import parse

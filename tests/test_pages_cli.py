@@ -78,7 +78,7 @@ def test_unwritable_path_is_refused_before_the_run(
     monkeypatch.setattr("fpemu.cli.experiment.run_experiment", never)
     monkeypatch.setattr(verify_mod, "run_campaign", never)
     monkeypatch.setattr("fpemu.cli.verify.run_campaign", never)
-    monkeypatch.setattr("fpemu.validate.suite.validate_torch", never)
+    monkeypatch.setattr("fpemu.validate.frameworks.suite.validate_torch", never)
     monkeypatch.setattr("fpemu.validate.compare_torch", never)
     path = tmp_path / where
     rc = main([*argv, "--html", str(path)])

@@ -21,11 +21,11 @@ os.environ.setdefault("KERAS_BACKEND", "torch")
 torch = pytest.importorskip("torch")
 keras = pytest.importorskip("keras")
 
-import fpemu.validate.keras_compare as ck  # noqa: E402
+import fpemu.validate.twin.keras_compare as ck  # noqa: E402
 from fpemu.amp.policy import get_policy  # noqa: E402
 from fpemu.amp.scaling import KerasLossScaleOptimizer  # noqa: E402
 from fpemu.validate import compare_keras  # noqa: E402
-from fpemu.validate.model_report import ModelReport  # noqa: E402
+from fpemu.validate.twin.model_report import ModelReport  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
     keras.backend.backend() != "torch", reason="keras was imported with another backend"

@@ -24,7 +24,7 @@ from hypothesis.extra import numpy as hnp
 
 from fpemu import rounding
 from fpemu.nn.tensor import _BF16_KERNEL_MAX, round_to
-from fpemu.validate.model_report import _BITS, _distance, _value, codes, compare_arrays
+from fpemu.validate.twin.model_report import _BITS, _distance, _value, codes, compare_arrays
 
 # -- the bfloat16 rounding kernel ---------------------------------------------------------------
 #: Dropped-bit classes of a float32 word (its low 16 bits): exact, just above exact, below /
@@ -204,8 +204,8 @@ DIVERGING = ["log_softmax_head_bf16", "gelu_tanh_fp16_scaler_sgd", "dropout_tanh
 def test_checker_caches_do_not_change_the_report(entry: str, monkeypatch: pytest.MonkeyPatch
                                                  ) -> None:  # fmt: skip
     torch = pytest.importorskip("torch")
-    from fpemu.validate import checker as checker_mod  # noqa: PLC0415
     from fpemu.validate import compare_torch  # noqa: PLC0415
+    from fpemu.validate.twin import checker as checker_mod  # noqa: PLC0415
     from tests.validate_model_zoo import ZOO  # noqa: PLC0415
 
     torch.set_num_threads(1)
@@ -246,7 +246,7 @@ def test_checker_caches_do_not_change_the_report(entry: str, monkeypatch: pytest
 # -- causes.within and linear_bound -------------------------------------------------------------
 def _previous_within(t: Any, f: Any, bound: Any, fmt: str) -> tuple[bool, float]:
     """causes.within as it was before its work-buffer path (verbatim but for this name)."""
-    from fpemu.validate.causes import _ulp  # noqa: PLC0415
+    from fpemu.validate.twin.causes import _ulp  # noqa: PLC0415
 
     t64, f64 = np.asarray(t, np.float64), np.asarray(f, np.float64)
     bound = bound + _ulp(np.maximum(np.abs(t64), np.abs(f64)), fmt)
@@ -259,7 +259,7 @@ def _previous_within(t: Any, f: Any, bound: Any, fmt: str) -> tuple[bool, float]
 @pytest.mark.parametrize("fmt", ["float32", "bfloat16", "float16"])
 @pytest.mark.parametrize("scale", [0.0, 2.0**-30, 1e-3, 1.0])
 def test_within_equals_previous(fmt: str, scale: float) -> None:
-    from fpemu.validate.causes import within  # noqa: PLC0415
+    from fpemu.validate.twin.causes import within  # noqa: PLC0415
 
     rng = np.random.default_rng(3)
     base = rng.standard_normal((20, 12)) * 2.0 ** rng.integers(-30, 30, (20, 12))
@@ -290,7 +290,7 @@ def _full_within(t: Any, f: Any, x: Any, w: Any, b: Any, fmt: str, transpose: bo
                  first_fmt: str | None) -> tuple[bool, float]:  # fmt: skip
     """The whole-matrix route: one GEMM of magnitudes, then ``within`` restricted to the
     differing elements (identical ones satisfy any bound) for the largest ratio."""
-    from fpemu.validate.causes import _ulp, linear_bound, within  # noqa: PLC0415
+    from fpemu.validate.twin.causes import _ulp, linear_bound, within  # noqa: PLC0415
 
     bound = linear_bound(x, w, b, out=fmt, transpose=transpose) * scale
     if first_fmt is not None:
@@ -305,7 +305,7 @@ def _full_within(t: Any, f: Any, x: Any, w: Any, b: Any, fmt: str, transpose: bo
 @pytest.mark.parametrize("case", ["linear", "linear_bias", "dx", "dw", "db"])
 @pytest.mark.parametrize("fmt", ["bfloat16", "float32"])
 def test_matmul_within_matches_the_whole_matrix(n_diff: int, case: str, fmt: str) -> None:
-    from fpemu.validate.causes import matmul_within  # noqa: PLC0415
+    from fpemu.validate.twin.causes import matmul_within  # noqa: PLC0415
 
     rng = np.random.default_rng(n_diff + len(case))
     x = round_to(rng.standard_normal((24, 33)), "bfloat16").astype(np.float32)

@@ -12,7 +12,7 @@ pytest.importorskip("torch")
 keras = pytest.importorskip("keras")
 
 from fpemu.amp.scaling import KerasLossScaleOptimizer  # noqa: E402
-from fpemu.validate.keras_checks import KERAS_SCRIPTS, check_keras_scaler  # noqa: E402
+from fpemu.validate.frameworks.keras_checks import KERAS_SCRIPTS, check_keras_scaler  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
     keras.backend.backend() != "torch", reason="keras was imported with another backend"

@@ -27,12 +27,12 @@ os.environ.setdefault("KERAS_BACKEND", "torch")
 torch = pytest.importorskip("torch")
 keras = pytest.importorskip("keras")
 
-import fpemu.validate.keras_compare as kc  # noqa: E402
+import fpemu.validate.twin.keras_compare as kc  # noqa: E402
 from fpemu.nn.tensor import Tensor  # noqa: E402
 from fpemu.validate import compare_keras, from_keras  # noqa: E402
-from fpemu.validate.causes import U32  # noqa: E402
-from fpemu.validate.keras_ops import KerasAdam, keras_mse, powf  # noqa: E402
-from fpemu.validate.update_checks import OPTIMIZER_UPDATE_ROUNDINGS  # noqa: E402
+from fpemu.validate.twin.causes import U32  # noqa: E402
+from fpemu.validate.twin.keras_ops import KerasAdam, keras_mse, powf  # noqa: E402
+from fpemu.validate.twin.update_checks import OPTIMIZER_UPDATE_ROUNDINGS  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
     keras.backend.backend() != "torch", reason="keras was imported with another backend"

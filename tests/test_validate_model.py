@@ -17,7 +17,7 @@ torch = pytest.importorskip("torch")
 
 from rich.console import Console  # noqa: E402
 
-import fpemu.validate.compare as compare_mod  # noqa: E402
+import fpemu.validate.twin.compare as compare_mod  # noqa: E402
 from fpemu.amp.policy import get_policy  # noqa: E402
 from fpemu.amp.scaling import get_scaler  # noqa: E402
 from fpemu.cli import main  # noqa: E402
@@ -26,7 +26,7 @@ from fpemu.nn import functional as fn  # noqa: E402
 from fpemu.nn.graph import GRAPH_OPS, GraphModule  # noqa: E402
 from fpemu.nn.tensor import Tensor, round_to  # noqa: E402
 from fpemu.validate import ModelReport, compare_torch, from_torch  # noqa: E402
-from fpemu.validate.model_report import compare_arrays, ulps  # noqa: E402
+from fpemu.validate.twin.model_report import compare_arrays, ulps  # noqa: E402
 from tests.validate_model_zoo import ZOO, Residual  # noqa: E402
 
 nn = torch.nn

@@ -14,7 +14,7 @@ from fpemu.nn import functional as fn
 from fpemu.nn.graph import GraphModule, Node, Param, Ref
 from fpemu.nn.optim import AdamW
 from fpemu.nn.tensor import Tensor, gradcheck, round_to
-from fpemu.validate.causes import math_bound
+from fpemu.validate.twin.causes import math_bound
 
 X = np.random.default_rng(0).normal(size=(3, 5)) * 2
 

@@ -17,21 +17,21 @@ from fpemu.amp.policy import get_policy  # noqa: E402
 from fpemu.amp.scaling import TorchGradScaler  # noqa: E402
 from fpemu.cli.validate import main as cli_main  # noqa: E402
 from fpemu.validate import ScalerRecorder, check_trace, validate_torch  # noqa: E402
-from fpemu.validate.torch_autocast import check_autocast  # noqa: E402
-from fpemu.validate.torch_casts import (  # noqa: E402
+from fpemu.validate.frameworks.torch_autocast import check_autocast  # noqa: E402
+from fpemu.validate.frameworks.torch_casts import (  # noqa: E402
     TARGETS,
     check_cast,
     exhaustive_float32,
     float32_sample,
     float64_sample,
 )
-from fpemu.validate.torch_scaler import (  # noqa: E402
+from fpemu.validate.frameworks.torch_scaler import (  # noqa: E402
     SCRIPTS,
     check_misuse,
     check_scripts,
     check_training_replay,
 )
-from fpemu.validate.torch_training import check_sgd_update, check_training  # noqa: E402
+from fpemu.validate.frameworks.torch_training import check_sgd_update, check_training  # noqa: E402
 
 torch.set_num_threads(1)
 

@@ -41,7 +41,7 @@ from typing import Any
 from fpemu.cli import output
 from fpemu.cli.errors import UsageError
 from fpemu.cli.html_out import add_html_option, check_html_path, write_html
-from fpemu.validate.suite import SECTIONS
+from fpemu.validate.frameworks.suite import SECTIONS
 
 TORCH_HINT = (
     "fpemu validate needs PyTorch: pip install 'torch==2.13.0' --index-url "
@@ -366,7 +366,7 @@ def run(args: argparse.Namespace) -> int:
         return run_model(args)
     if args.framework == "step":
         return run_step(args)
-    from fpemu.validate.suite import validate_torch  # noqa: PLC0415
+    from fpemu.validate.frameworks.suite import validate_torch  # noqa: PLC0415
 
     report = validate_torch(
         sections=args.only or SECTIONS,

@@ -1,4 +1,4 @@
-"""A model given as a graph of ops: what ``fpemu.validate.from_torch`` builds from a traced
+"""A model given as a graph of ops: what ``fpemu.validate.twin.from_torch`` builds from a traced
 PyTorch module.
 
 A ``GraphModule`` holds named parameters and a list of ``Node`` s in execution order.

@@ -2,14 +2,20 @@
 
 Everything here runs the framework and compares bit patterns; nothing is hard-coded from what a
 framework "should" do. torch and keras are optional and imported only by the checks that need
-them, so this package imports without them.
+them, so this package imports without them. One subpackage per concern:
+
+* ``ops``: fpemu's emulation of each ATen op torch dispatches (one table, shared with
+  ``fpemu.emulate``); ``watch``: ``fpemu.watch``, which judges every ATen op of your own
+  training step against ``ops`` as it runs (the command line is ``fpemu validate step``);
+  ``twin``: the side-by-side model twin (``compare_torch``, ``compare_keras``); ``frameworks``:
+  the framework suites (``validate_torch``) and scaler-trace checks.
 
 * :func:`validate_torch` runs every check and returns a :class:`Report` (rich table, JSON,
   markdown); the command line is ``fpemu validate torch``.
 * ``from_torch`` brings your own PyTorch model into fpemu and ``compare_torch`` trains
   it side by side with torch, comparing every tensor of every step bit for bit
   (``ModelReport``), either as two independent runs or in lockstep (every op of every step
-  from torch's own inputs: ``fpemu.validate.lockstep``); the command line is
+  from torch's own inputs: ``fpemu.validate.twin.lockstep``); the command line is
   ``fpemu validate model FILE.py:FACTORY``.
   ``from_keras`` does the conversion for a Keras 3 ``Sequential`` model and
   ``compare_keras`` trains it side by side with Keras (torch backend, mixed policies,
@@ -24,14 +30,24 @@ them, so this package imports without them.
 'agree'
 """
 
-from fpemu.validate.compare import compare_torch
-from fpemu.validate.from_keras import from_keras
-from fpemu.validate.from_torch import from_torch
-from fpemu.validate.keras_compare import compare_keras
-from fpemu.validate.model_report import ModelReport, TensorCheck
-from fpemu.validate.recorder import ScalerRecorder, TraceEntry, check_trace
-from fpemu.validate.report import STATUSES, CheckResult, Report
-from fpemu.validate.suite import SECTIONS, environment, validate_torch
+from fpemu.validate.frameworks.recorder import ScalerRecorder, TraceEntry, check_trace
+from fpemu.validate.frameworks.report import STATUSES, CheckResult, Report
+from fpemu.validate.frameworks.suite import SECTIONS, environment, validate_torch
+from fpemu.validate.twin.compare import compare_torch
+from fpemu.validate.twin.from_keras import from_keras
+from fpemu.validate.twin.from_torch import from_torch
+from fpemu.validate.twin.keras_compare import compare_keras
+from fpemu.validate.twin.model_report import ModelReport, TensorCheck
+
+
+def __getattr__(name: str) -> object:
+    """Lazy: ``watch`` imports torch only when first used."""
+    if name == "watch":
+        from fpemu.validate.watch import watch  # noqa: PLC0415
+
+        return watch
+    raise AttributeError(f"module 'fpemu.validate' has no attribute {name!r}")
+
 
 __all__ = [
     "SECTIONS",
@@ -49,4 +65,5 @@ __all__ = [
     "from_keras",
     "from_torch",
     "validate_torch",
+    "watch",
 ]

@@ -65,7 +65,7 @@ def gemm(
     k = a.shape[-1]
     if call.model is not None:
         return exact(_emulated(call, a, b, c, alpha=alpha, beta=beta))
-    wide = np.float64 if np.float64 in (a.dtype, b.dtype) else np.float32
+    wide: Any = np.float64 if np.float64 in (a.dtype, b.dtype) else np.float32
     u = U64 if wide is np.float64 else U32
     a_, b_ = a.astype(wide, copy=False), b.astype(wide, copy=False)
     s = np.matmul(a_, b_)
@@ -74,7 +74,7 @@ def gemm(
         s *= wide(alpha)
         mag *= wide(abs(alpha))
     if c is not None:
-        cw = np.asarray(c).astype(wide) * wide(beta)
+        cw: np.ndarray = np.asarray(c).astype(wide) * wide(beta)
         s += cw
         mag += np.abs(cw)
     with np.errstate(over="ignore"):

@@ -35,9 +35,9 @@ from fpemu.amp.policy import Policy, autocast
 from fpemu.formats import Format
 from fpemu.nn.graph import GraphModule, Param, Ref
 from fpemu.nn.optim import Optimizer
-from fpemu.validate.checker import StepChecker, loss_value
-from fpemu.validate.torch_run import TorchStep, exact_leaf
-from fpemu.validate.update_checks import apply_update, load_framework_state
+from fpemu.validate.twin.checker import StepChecker, loss_value
+from fpemu.validate.twin.torch_run import TorchStep, exact_leaf
+from fpemu.validate.twin.update_checks import apply_update, load_framework_state
 
 
 @dataclass

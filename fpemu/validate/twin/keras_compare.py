@@ -31,20 +31,20 @@ from fpemu.amp.scaling import KerasLossScaleOptimizer, get_scaler
 from fpemu.nn.graph import GraphModule
 from fpemu.nn.optim import Optimizer
 from fpemu.nn.tensor import Tensor
-from fpemu.validate.checker import StepChecker, loss_value
-from fpemu.validate.from_keras import from_keras
-from fpemu.validate.keras_checks import import_keras
-from fpemu.validate.keras_ops import KerasAdam, KerasSGD
-from fpemu.validate.model_report import ModelReport, native
-from fpemu.validate.torch_run import TorchStep, to_np
-from fpemu.validate.update_checks import apply_update
+from fpemu.validate.frameworks.keras_checks import import_keras
+from fpemu.validate.twin.checker import StepChecker, loss_value
+from fpemu.validate.twin.from_keras import from_keras
+from fpemu.validate.twin.keras_ops import KerasAdam, KerasSGD
+from fpemu.validate.twin.model_report import ModelReport, native
+from fpemu.validate.twin.torch_run import TorchStep, to_np
+from fpemu.validate.twin.update_checks import apply_update
 
 #: Keras's ``SparseCategoricalCrossentropy(from_logits=True)`` and ``MeanSquaredError()``
 #: (fpemu's ``keras_mse``: Keras's float32 ops, not torch's ``mse_loss``)
 LOSSES = ("cross_entropy", "mse")
 #: Keras's ``SGD`` (momentum, no Nesterov), ``Adam`` and ``AdamW`` (``amsgrad=False``)
 OPTIMIZERS = ("sgd", "adam", "adamw")
-#: the checker's name of each loss (``fpemu.validate.checker.loss_value``)
+#: the checker's name of each loss (``fpemu.validate.twin.checker.loss_value``)
 _LOSS_KEY = {"cross_entropy": "cross_entropy", "mse": "keras_mse"}
 MIXED = ("mixed_bfloat16", "mixed_float16")
 
@@ -203,12 +203,12 @@ def compare_keras(
         policy: the fpemu policy (default: the preset of the model's dtype policy).
 
     Returns:
-        A ``fpemu.validate.model_report.ModelReport`` (no autocast audit).
+        A ``fpemu.validate.twin.model_report.ModelReport`` (no autocast audit).
 
     Raises:
         ValueError: a bad argument (named, with what is accepted), or an unsupported model.
     """
-    from fpemu.validate.compare import _batches  # noqa: PLC0415 - shared batch handling
+    from fpemu.validate.twin.compare import _batches  # noqa: PLC0415 - shared batch handling
 
     if loss not in LOSSES:
         raise ValueError(f"loss={loss!r}: accepted {', '.join(LOSSES)}")

@@ -29,7 +29,7 @@ import numpy as np
 from fpemu.bits import all_values, encode
 from fpemu.formats import Format, FormatLike, get_format
 from fpemu.rounding import round as fround
-from fpemu.validate.report import CheckResult, hex_bits
+from fpemu.validate.frameworks.report import CheckResult, hex_bits
 
 #: Formats torch can cast to, by fpemu canonical name.
 TARGETS: tuple[str, ...] = ("bfloat16", "float16", "float8_e4m3fn", "float8_e5m2")

@@ -5,7 +5,7 @@ differs is explained by recomputing the op in fpemu **from torch's own inputs**:
 from torch's input activations and parameters, the loss from torch's output, each backward from
 torch's upstream gradient, the optimizer update from torch's parameters, optimizer state and
 gradients. A bit-identical recomputation means the difference was ``propagated``; otherwise the
-op's own numerics are bounded (``fpemu.validate.causes``).
+op's own numerics are bounded (``fpemu.validate.twin.causes``).
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from fpemu.nn import functional as fn
 from fpemu.nn.graph import GRAPH_OPS, GraphModule, Param, Ref
 from fpemu.nn.optim import Optimizer
 from fpemu.nn.tensor import Tensor, round_to
-from fpemu.validate import causes, norm_bounds, update_checks
-from fpemu.validate.keras_ops import keras_mse
-from fpemu.validate.model_report import ModelReport, TensorCheck, compare_arrays
-from fpemu.validate.torch_run import TorchStep, exact_leaf, fmt_of, to_np
+from fpemu.validate.twin import causes, norm_bounds, update_checks
+from fpemu.validate.twin.keras_ops import keras_mse
+from fpemu.validate.twin.model_report import ModelReport, TensorCheck, compare_arrays
+from fpemu.validate.twin.torch_run import TorchStep, exact_leaf, fmt_of, to_np
 
 
 def loss_value(loss: str, out: Tensor, y: np.ndarray) -> Tensor:
@@ -372,7 +372,7 @@ class StepChecker:
                 self.explain_backward(c, Param(name), leaf, scaled=False, tv=tg)
             self.mark(c)
 
-    # -- scaler and parameters: fpemu.validate.update_checks --------------------------------------
+    # -- scaler and parameters: fpemu.validate.twin.update_checks ---------------------------
     def scaler_check(self) -> None:
         update_checks.scaler_check(self)
 

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from fpemu.amp.scaling import LossScaler, get_scaler
-from fpemu.validate.report import CheckResult
+from fpemu.validate.frameworks.report import CheckResult
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ A check compares torch's tensor with fpemu's bit for bit: elements compared, how
 bit-identical, the largest distance in ulps of the tensor's format (steps between the two
 values' bit patterns made monotonic), and the first differing element as values and bits.
 A tensor that is not bit-identical carries a ``cause`` from ``CAUSES``, found by
-recomputing the op locally from torch's own inputs (see ``fpemu.validate.compare``).
+recomputing the op locally from torch's own inputs (see ``fpemu.validate.twin.compare``).
 
 >>> a = np.array([1.0, 2.0, 3.0], np.float32)
 >>> c = compare_arrays(a, a + np.float32([0, 0, 2**-22]), "float32", "float32")
@@ -340,8 +340,8 @@ class ModelReport:
 
     def to_html(self) -> str:
         """A self-contained HTML page: loss curves, loss scale, ulp distance per layer and
-        step (pictures), then sortable tables (see :mod:`fpemu.validate.report_html`)."""
-        from fpemu.validate.report_html import model_page  # noqa: PLC0415 - page code apart
+        step (pictures), then sortable tables (see :mod:`fpemu.validate.frameworks.report_html`)."""
+        from fpemu.validate.frameworks.report_html import model_page  # noqa: PLC0415 - page code apart
 
         return model_page(self)
 
@@ -355,7 +355,7 @@ class ModelReport:
         from rich.console import Console  # noqa: PLC0415
         from rich.table import Table  # noqa: PLC0415
 
-        from fpemu.validate.report import _hanging  # noqa: PLC0415
+        from fpemu.validate.frameworks.report import _hanging  # noqa: PLC0415
 
         con = console if console is not None else Console()
         narrow = con.width < 120

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from fpemu.amp.policy import Policy, get_policy
-from fpemu.validate.report import CheckResult
+from fpemu.validate.frameworks.report import CheckResult
 
 #: The presets that mirror torch CPU autocast, and torch's dtype name for their low format.
 CPU_PRESETS: tuple[str, ...] = ("torch_cpu_bf16", "torch_cpu_fp16")

@@ -1,5 +1,5 @@
 """Bounds for LayerNorm's backward computed in two different float32 formulations (fpemu's
-closed form against torch's kernels), used by ``fpemu.validate.checker`` to state a
+closed form against torch's kernels), used by ``fpemu.validate.twin.checker`` to state a
 ``reduction order`` cause. Each bound is an error analysis, stated where it is computed.
 
 >>> import numpy as np
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fpemu.validate import causes
+from fpemu.validate.twin import causes
 
 
 def layer_norm_input_bound(x: np.ndarray, g: np.ndarray, w: np.ndarray,

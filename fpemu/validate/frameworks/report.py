@@ -153,8 +153,8 @@ class Report:
 
     def to_html(self) -> str:
         """A self-contained HTML page: status per group (a picture), environment, one
-        sortable table per group (see :mod:`fpemu.validate.report_html`)."""
-        from fpemu.validate.report_html import checks_page  # noqa: PLC0415 - page code apart
+        sortable table per group (see :mod:`fpemu.validate.frameworks.report_html`)."""
+        from fpemu.validate.frameworks.report_html import checks_page  # noqa: PLC0415 - page code apart
 
         return checks_page(self)
 

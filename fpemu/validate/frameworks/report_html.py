@@ -4,7 +4,7 @@
 The functions take the reports by their attributes (they do not import the report modules,
 which import them), so the page code stays out of the report classes.
 
->>> from fpemu.validate.report import CheckResult, Report
+>>> from fpemu.validate.frameworks.report import CheckResult, Report
 >>> r = Report(title="demo", results=[CheckResult("casts", "f32 -> bf16", "agree", compared=3)])
 >>> page = checks_page(r)
 >>> "<h1>demo</h1>" in page and "f32 -&gt; bf16" in page
@@ -24,7 +24,7 @@ _STATUS_TONE = {"agree": "good", "finding": "warn", "differ": "bad", "skipped": 
 
 
 def checks_page(report: Any) -> str:
-    """The page of a :class:`fpemu.validate.report.Report`: status counts per group (a
+    """The page of a :class:`fpemu.validate.frameworks.report.Report`: status counts per group (a
     picture), the environment, then one sortable table per group of checks."""
     statuses = tuple(STATUS_COLOURS)
     counts = report.counts()
@@ -75,7 +75,7 @@ def _tone(c: Any) -> Tone:
 
 
 def model_page(report: Any) -> str:
-    """The page of a :class:`fpemu.validate.model_report.ModelReport`: losses of both runs,
+    """The page of a :class:`fpemu.validate.twin.model_report.ModelReport`: losses of both runs,
     the loss scale (where a scaler ran), the ulp distance of every tensor at every step (a
     picture), the differences, then the checks by layer and by step, and the autocast audit."""
     checks = report.checks

@@ -18,10 +18,10 @@ import numpy as np
 
 from fpemu.nn.optim import Optimizer
 from fpemu.training.loop import GradView
-from fpemu.validate import causes
-from fpemu.validate.model_report import compare_arrays
+from fpemu.validate.twin import causes
+from fpemu.validate.twin.model_report import compare_arrays
 
-#: ``ck`` below is the step's ``fpemu.validate.checker.StepChecker`` (not imported: it imports
+#: ``ck`` below is the step's ``fpemu.validate.twin.checker.StepChecker`` (not imported: it imports
 #: this module)
 StepChecker = Any
 

@@ -127,7 +127,7 @@ def convert_graph(traced: Any, root: Any) -> list[Node]:
     """The ``fpemu.nn.graph.Node`` list of a ``torch.fx.GraphModule`` traced from ``root``.
 
     Node names are the fx node names, so activations recorded by running ``traced`` (see
-    ``fpemu.validate.compare``) pair up with the fpemu model's by name.
+    ``fpemu.validate.twin.compare``) pair up with the fpemu model's by name.
     """
     funcs = _function_table()
     pnames = {n for n, _ in root.named_parameters()}

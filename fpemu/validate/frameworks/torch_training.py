@@ -19,8 +19,8 @@ import numpy as np
 
 from fpemu.amp.policy import Policy, get_policy
 from fpemu.bits import ulp
-from fpemu.validate.report import CheckResult, Status
-from fpemu.validate.torch_scaler import ScalerFactory, default_factory
+from fpemu.validate.frameworks.report import CheckResult, Status
+from fpemu.validate.frameworks.torch_scaler import ScalerFactory, default_factory
 
 #: (preset, whether a GradScaler is used) for each side-by-side run.
 RUNS: tuple[tuple[str, bool], ...] = (("torch_cpu_bf16", False), ("torch_cpu_fp16", True))

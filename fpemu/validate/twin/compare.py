@@ -1,15 +1,15 @@
 """Train your PyTorch model and its fpemu twin side by side, and compare every tensor bit for bit.
 
-``compare_torch`` converts the model with ``fpemu.validate.from_torch``, then runs the
+``compare_torch`` converts the model with ``fpemu.validate.twin.from_torch``, then runs the
 same steps in torch (CPU autocast and GradScaler as given) and in fpemu (the matching policy and
 ``fpemu.amp.scaling.TorchGradScaler``), from the same weights and batches. Every step it
 compares, bit for bit: each node's forward activation, the loss, each node's output gradient
 (the backward pass), each parameter gradient (after unscaling), the scaler state, and each
-updated parameter. A tensor that differs gets a cause (``fpemu.validate.model_report.CAUSES``):
+updated parameter. A tensor that differs gets a cause (``fpemu.validate.twin.model_report.CAUSES``):
 fpemu recomputes the op from torch's own inputs (the forward op, the loss, the optimizer update
 from torch's parameters and gradients, the gradient bound from torch's upstream gradient); if
 that is bit-identical the difference was ``propagated``, else the op's own numerics are bounded
-(``fpemu.validate.causes``).
+(``fpemu.validate.twin.causes``).
 """
 
 from __future__ import annotations
@@ -25,13 +25,13 @@ from fpemu.amp.scaling import get_scaler
 from fpemu.nn.graph import GraphModule
 from fpemu.nn.optim import SGD, Adam, AdamW, Optimizer
 from fpemu.nn.tensor import Tensor
-from fpemu.validate.audit import autocast_audit
-from fpemu.validate.checker import StepChecker, loss_value
-from fpemu.validate.from_torch import from_torch
-from fpemu.validate.lockstep import lockstep_step, sync_state
-from fpemu.validate.model_report import ModelReport, native
-from fpemu.validate.torch_run import TorchTrainer, to_np
-from fpemu.validate.update_checks import apply_update
+from fpemu.validate.twin.audit import autocast_audit
+from fpemu.validate.twin.checker import StepChecker, loss_value
+from fpemu.validate.twin.from_torch import from_torch
+from fpemu.validate.twin.lockstep import lockstep_step, sync_state
+from fpemu.validate.twin.model_report import ModelReport, native
+from fpemu.validate.twin.torch_run import TorchTrainer, to_np
+from fpemu.validate.twin.update_checks import apply_update
 
 LOSSES = ("cross_entropy", "mse")
 OPTIMIZERS = ("sgd", "adam", "adamw")
@@ -126,15 +126,15 @@ def compare_torch(
         steps: training steps (>= 1).
         policy: the fpemu policy (default: the preset matching ``autocast``).
         audit: also record the dtype torch used for every ATen op of one forward and backward
-            pass beside the policy's format (``fpemu.validate.audit.autocast_audit``).
+            pass beside the policy's format (``fpemu.validate.twin.audit.autocast_audit``).
         mode: ``"independent"``: fpemu trains its own copy from the same initial weights, and
             a tensor that differs is recomputed from torch's inputs to find where the
             difference arose; ``"lockstep"``: every op of every step is computed by fpemu from
-            torch's own inputs and state (``fpemu.validate.lockstep``): each difference is
+            torch's own inputs and state (``fpemu.validate.twin.lockstep``): each difference is
             local, at about the cost of one fpemu step, but the runs' drift is not shown.
 
     Returns:
-        A ``fpemu.validate.model_report.ModelReport``.
+        A ``fpemu.validate.twin.model_report.ModelReport``.
 
     Raises:
         ValueError: a bad argument (named, with what is accepted), or an unsupported model.

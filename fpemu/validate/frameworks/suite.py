@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from fpemu.validate.report import CheckResult, Report
+from fpemu.validate.frameworks.report import CheckResult, Report
 
 #: The check families, in the order they run.
 SECTIONS: tuple[str, ...] = ("casts", "autocast", "scaler", "training", "keras")
@@ -42,7 +42,7 @@ def environment() -> dict[str, str]:
 
 
 def _keras() -> Any:
-    from fpemu.validate.keras_checks import import_keras  # noqa: PLC0415
+    from fpemu.validate.frameworks.keras_checks import import_keras  # noqa: PLC0415
 
     return import_keras()
 
@@ -84,24 +84,24 @@ def _run_section(section: str, *, n_random: int, exhaustive: bool, progress: boo
                  training_steps: int) -> list[CheckResult]:  # fmt: skip
     # Imported per section so that one broken fpemu module cannot hide the others' results.
     if section == "casts":
-        from fpemu.validate.torch_casts import check_casts, exhaustive_float32  # noqa: PLC0415
+        from fpemu.validate.frameworks.torch_casts import check_casts, exhaustive_float32  # noqa: PLC0415
 
         out = check_casts(n_random=n_random)
         if exhaustive:
             out += [exhaustive_float32(f, progress=progress) for f in ("bfloat16", "float16")]
         return out
     if section == "autocast":
-        from fpemu.validate.torch_autocast import check_autocast  # noqa: PLC0415
+        from fpemu.validate.frameworks.torch_autocast import check_autocast  # noqa: PLC0415
 
         return check_autocast()
     if section == "scaler":
-        from fpemu.validate.torch_scaler import check_grad_scaler  # noqa: PLC0415
+        from fpemu.validate.frameworks.torch_scaler import check_grad_scaler  # noqa: PLC0415
 
         return check_grad_scaler()
     if section == "training":
-        from fpemu.validate.torch_training import check_sgd_update, check_training  # noqa: PLC0415
+        from fpemu.validate.frameworks.torch_training import check_sgd_update, check_training  # noqa: PLC0415
 
         return [*check_training(steps=training_steps), check_sgd_update()]
-    from fpemu.validate.keras_checks import check_keras_scaler  # noqa: PLC0415
+    from fpemu.validate.frameworks.keras_checks import check_keras_scaler  # noqa: PLC0415
 
     return check_keras_scaler()

@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 
 from fpemu.amp.scaling import KerasLossScaleOptimizer
-from fpemu.validate.report import CheckResult
-from fpemu.validate.torch_scaler import Script, _s, mismatches32
+from fpemu.validate.frameworks.report import CheckResult
+from fpemu.validate.frameworks.torch_scaler import Script, _s, mismatches32
 
 ScalerFactory = Callable[..., Any]
 

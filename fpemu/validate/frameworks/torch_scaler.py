@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from fpemu.amp.scaling import TorchGradScaler
-from fpemu.validate.report import CheckResult
+from fpemu.validate.frameworks.report import CheckResult
 
 #: Builds the fpemu scaler from torch's constructor keywords.
 ScalerFactory = Callable[..., Any]
