@@ -315,7 +315,7 @@ def run_model(args: argparse.Namespace) -> int:
 
 def run_step(args: argparse.Namespace) -> int:
     """``fpemu validate step FILE.py:FUNC``: ``FUNC()`` sets up (model, optimizer, data) and
-    returns the step function; the step runs ``--steps`` times under :func:`fpemu.watch`."""
+    returns the step function; the step runs ``--steps`` times under ``fpemu.watch``."""
     from fpemu.amp.policy import preset_names  # noqa: PLC0415
     from fpemu.validate.watch import watch  # noqa: PLC0415
 
