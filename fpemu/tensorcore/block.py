@@ -289,8 +289,10 @@ def chain_blocks(
     batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
     shape = (*batch, a.shape[-2], b.shape[-1])
     b_fmt = fmt if b_fmt is None else b_fmt
-    d = _as_rows(a, b, c, spec, fmt, b_fmt, c_fmt, batch)
-    if d is not None:
+    from fpemu.tensorcore.rows import dot_batch  # noqa: PLC0415 - rows imports this module
+
+    d = dot_batch(a, b, c, spec=spec, fmt=fmt, b_fmt=b_fmt, c_fmt=c_fmt)
+    if d is not None:  # a batch of single dot products: the row-tile kernel
         return d
     for x, f, arg in ((a, fmt, "a"), (b, b_fmt, "b"), (c, c_fmt, "c")):
         check_exact(x, f, arg)  # from the bits: cheaper than rounding every operand
@@ -326,33 +328,6 @@ def chain_blocks(
             )  # fmt: skip
     result: F64 = out.reshape(shape)
     return result
-
-
-def _as_rows(a: F64, b: F64, c: F64, spec: BlockSpec, fmt: Format, b_fmt: Format,
-             c_fmt: Format, batch: tuple[int, ...]) -> F64 | None:  # fmt: skip
-    """A batch of single dot products (M = N = 1) on the row-tile kernel, else None.
-
-    ``(..., 1, K) @ (..., K, 1)`` is a batch of dot products: the row kernel of the
-    instruction models (:func:`fpemu.tensorcore.rows.t_fdpa_rows`) computes the same blocks
-    with one row per product instead of one tiny matrix each, several times faster. It states
-    the zero rule ``"floor"`` with the sign rule ``"positive"`` and needs a label plan; other
-    specs stay here.
-    """
-    from fpemu.tensorcore import rows  # noqa: PLC0415 - rows imports this module
-
-    M, K, N = a.shape[-2], a.shape[-1], b.shape[-1]
-    if (M, N) != (1, 1) or K == 0 or spec.zeros == "emin" or spec.tiny_sign != "positive":
-        return None
-    if xp(a, b, c) is not np or rows.plan(fmt, b_fmt, spec.n, spec.floor) is None:
-        return None
-    count = int(np.prod(batch, dtype=np.int64))
-    a2 = np.broadcast_to(a, (*batch, 1, K)).reshape(count, K)
-    b2 = np.broadcast_to(b, (*batch, K, 1)).reshape(count, K)
-    c2 = np.broadcast_to(c, (*batch, 1, 1)).reshape(count)
-    d = rows.t_fdpa_rows(a2, b2, c2, fa=fmt, fb=b_fmt, fc=c_fmt, L=spec.n, F=spec.frac_bits,
-                         e_zero=spec.floor, result=spec.result)  # fmt: skip
-    out: F64 = d.reshape(*batch, 1, 1)
-    return out
 
 
 #: Weight of a label in :func:`_label_powers`: ``2**(W * label)`` (a power of two makes the

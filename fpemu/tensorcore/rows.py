@@ -234,3 +234,38 @@ def _spec(result: ResultFormat) -> Any:
     if result not in _SPECS:
         _SPECS[result] = BlockSpec(n=1, frac_bits=0, result=result)
     return _SPECS[result]
+
+
+def dot_batch(a: F64, b: F64, c: F64, *, spec: BlockSpec, fmt: Format, b_fmt: Format,
+              c_fmt: Format) -> F64 | None:  # fmt: skip
+    """:func:`fpemu.tensorcore.block.chain_blocks` of a batch of single dot products, or None.
+
+    ``(..., 1, K) @ (..., K, 1)`` (+ ``c`` ``(..., 1, 1)``) is a batch of dot products: this
+    module's row kernel computes the same blocks with one row per product instead of one tiny
+    matrix each, several times faster (so ``fpemu.matmul(a[:, None, :], b[:, :, None],
+    model="h100")`` runs at the speed of :func:`fpemu.tensorcore.mma.dpa`). It states the zero
+    rule ``"floor"`` with the sign rule ``"positive"`` and needs a label :func:`plan`; None
+    for other shapes and specs, which ``chain_blocks`` computes itself.
+
+    >>> from fpemu.formats import get_format
+    >>> from fpemu.tensorcore.block import FP32_TRUNC
+    >>> h, spec = get_format("fp16"), BlockSpec(n=16, frac_bits=25, result=FP32_TRUNC)
+    >>> a = np.array([[[1.0] + [2.0**-12] * 14 + [0.0]]])  # spec 2.7 case E10, batch of one
+    >>> float(dot_batch(a, a.swapaxes(1, 2), np.zeros((1, 1, 1)), spec=spec, fmt=h, b_fmt=h,
+    ...                 c_fmt=get_format("fp32"))[0, 0, 0]) - 1
+    8.344650268554688e-07
+    """
+    M, K, N = a.shape[-2], a.shape[-1], b.shape[-1]
+    if (M, N) != (1, 1) or K == 0 or spec.zeros == "emin" or spec.tiny_sign != "positive":
+        return None
+    if xp(a, b, c) is not np or plan(fmt, b_fmt, spec.n, spec.floor) is None:
+        return None
+    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    count = int(np.prod(batch, dtype=np.int64))
+    a2 = np.broadcast_to(a, (*batch, 1, K)).reshape(count, K)
+    b2 = np.broadcast_to(b, (*batch, K, 1)).reshape(count, K)
+    c2 = np.broadcast_to(c, (*batch, 1, 1)).reshape(count)
+    d = t_fdpa_rows(a2, b2, c2, fa=fmt, fb=b_fmt, fc=c_fmt, L=spec.n, F=spec.frac_bits,
+                    e_zero=spec.floor, result=spec.result)  # fmt: skip
+    out: F64 = d.reshape(*batch, 1, 1)
+    return out
