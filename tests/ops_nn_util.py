@@ -67,14 +67,19 @@ def check(func: Any, *args: Any, claim: str = "exact", **kwargs: Any) -> list[st
     return verdicts
 
 
-def rerun(path: str, capability: str, k: str = "not capabilities") -> None:
-    """Run the test file ``path`` in a subprocess under ``ATEN_CPU_CAPABILITY=capability``."""
+def rerun(path: str, capabilities: tuple[str, ...] = ("default", "avx2")) -> None:
+    """Run the test file ``path`` (all but its capability test) in subprocesses under each
+    ``ATEN_CPU_CAPABILITY`` (torch reads it at import), concurrently, and assert they pass."""
     if os.environ.get(RERUN):
         return
     root = Path(__file__).resolve().parents[1]
-    env = dict(os.environ, ATEN_CPU_CAPABILITY=capability, PYTHONPATH=str(root), **{RERUN: "1"})
-    r = subprocess.run(
-        [sys.executable, "-m", "pytest", path, "-q", "-x", "-k", k, "-p", "no:randomly"],
-        cwd=root, env=env, capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    procs = []
+    for cap in capabilities:
+        env = dict(os.environ, ATEN_CPU_CAPABILITY=cap, PYTHONPATH=str(root), **{RERUN: "1"})
+        cmd = [sys.executable, "-m", "pytest", path, "-q", "-x", "-k", "not capabilities",
+               "-p", "no:randomly"]  # fmt: skip
+        procs.append((cap, subprocess.Popen(cmd, cwd=root, env=env, stdout=subprocess.PIPE,
+                                            stderr=subprocess.STDOUT, text=True)))  # fmt: skip
+    for cap, p in procs:
+        out, _ = p.communicate(timeout=300)
+        assert p.returncode == 0, f"ATEN_CPU_CAPABILITY={cap}\n{out[-4000:]}"
