@@ -19,8 +19,9 @@ torch 2.13 CPU, measured (tests/test_ops_softmax.py), the 16-bit formats round i
 * ``_log_softmax`` over the last dim stores the sum and its log in the tensor's format
   (``serial_vec_log_softmax_lastdim_range``'s ``scalar_t`` buffers, LogSoftmaxKernelImpl.h):
   ``out = R((x - m) - R(log(R(s))))``; over another dim all in float32 (one rounding);
-* ``_softmax`` over a dim other than the last stores ``exp(x - m)`` in the output first:
-  ``out = R(R(e_i) / s)`` (``s`` the float32 sum of the unrounded ``e``); over the last dim one
+* ``_softmax`` over a dim other than the last may store ``exp(x - m)`` in the output first:
+  ``out = R(R(e_i) / s)`` (``s`` the float32 sum of the unrounded ``e``), seen on AVX512 with
+  an inner size of 16 and not on AVX2/``default``: both are admitted; over the last dim one
   rounding.
 
 There each rounded intermediate is taken at both ends of its float32 interval (rounding is
@@ -146,7 +147,7 @@ def softmax(call: Call) -> list[Out | None]:
     e = _exp(d)
     s = _sum(e)
     if name in LOW and x.ndim > 1 and dim % x.ndim != x.ndim - 1:
-        e16 = _ends16(e, name)
+        e16 = _ends16(e, name) + _ends32(e)  # rounded to 16 bits or not (path-dependent)
         s32 = _ends32(s)
         ev = [a / b for a in e16 for b in s32] + [a * (_F(1) / b) for a in e16 for b in s32]
         mid = e16[0] / s32[0]
