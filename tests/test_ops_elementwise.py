@@ -139,6 +139,13 @@ def test_compare(name: str, op: str) -> None:
     check(getattr(aten, op).Scalar, torch.tensor([1, -100, 5]), -100)
 
 
+def test_bitwise_logical_not() -> None:
+    m = torch.rand(50) > 0.5
+    check(aten.bitwise_not.default, m)
+    check(aten.bitwise_not.default, torch.arange(-5, 5))
+    check(aten.logical_not.default, torch.tensor([0.0, -0.0, 1.0, float("nan")]))
+
+
 def test_planted_fault_in_bounded_libm_is_caught() -> None:
     """A result several ulps from every admissible value is 'differs' for a bounded op."""
     from fpemu.validate.watch.convert import to_numpy
@@ -164,7 +171,7 @@ def test_registered() -> None:
                "aten.maximum.default", "aten.minimum.default", "aten.where.self",
                "aten.masked_fill.Scalar", "aten.masked_fill_.Scalar", "aten.masked_fill.Tensor",
                "aten.eq.Scalar", "aten.ne.Tensor", "aten.lt.Scalar", "aten.le.Tensor",
-               "aten.gt.Scalar", "aten.ge.Tensor", "aten.fill_.Tensor"):  # fmt: skip
+               "aten.gt.Scalar", "aten.ge.Tensor", "aten.fill_.Tensor", "aten.bitwise_not.default"):  # fmt: skip
         assert op in have, op
 
 

@@ -375,3 +375,12 @@ for _k in _CMP:
     register(f"aten.{_k}.Scalar", f"aten.{_k}.Tensor", f"aten.{_k}_.Scalar", f"aten.{_k}_.Tensor")(
         compare
     )
+
+
+@register("aten.bitwise_not.default", "aten.logical_not.default")
+def bitwise_not(call: Call) -> list[Out | None]:
+    """``~x`` for bools and integers; ``logical_not``: ``x == 0`` (exact)."""
+    x = np.asarray(call.args[0])
+    if call.op == "aten.logical_not.default":
+        return [exact(np.asarray(x == 0).astype(dtype(call.out_dtypes[0])))]
+    return [exact(np.invert(x))]
