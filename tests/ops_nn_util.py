@@ -23,18 +23,19 @@ RERUN = "FPEMU_OPS_NN_RERUN"
 def specials(name: str) -> np.ndarray:
     """Adversarial float64 values exactly representable in ``name``: zeros, infinities, NaN,
     the extreme normals and subnormals, values around 1 and ties of the 16-bit formats."""
-    import torch
+    import torch  # noqa: PLC0415
 
     fi = torch.finfo(getattr(torch, name))
+    big = 65504.0 if name != "float16" else 0.25
     v = [0.0, -0.0, np.inf, -np.inf, np.nan, fi.max, -fi.max, fi.tiny, -fi.tiny,
          fi.smallest_normal / 4, -fi.smallest_normal / 8, 1.0, -1.0, 0.5, 2.0, 3.0,
-         1 + fi.eps, 1 - fi.eps / 2, 1e-3, -7.25, 100.0, 65504.0 if name != "float16" else 0.25]  # fmt: skip
+         1 + fi.eps, 1 - fi.eps / 2, 1e-3, -7.25, 100.0, big]  # fmt: skip
     return np.asarray(v, np.float64)
 
 
 def inputs(name: str, n: int, *, seed: int, scale: float = 3.0, special: bool = True) -> Any:
     """A torch tensor of dtype ``name``: ``n`` random values of mixed magnitude, then specials."""
-    import torch
+    import torch  # noqa: PLC0415
 
     rng = np.random.default_rng(seed)
     v = rng.standard_normal(n) * scale * np.exp2(rng.integers(-6, 4, n))

@@ -7,9 +7,23 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from fpemu.validate.ops import names  # noqa: E402
+from fpemu.validate.ops import (  # noqa: E402
+    Call,
+    names,
+)
+from fpemu.validate.ops._num import (  # noqa: E402
+    to,
+    ulp,
+)
+from fpemu.validate.ops.activations import gelu  # noqa: E402
+from fpemu.validate.watch.convert import to_numpy  # noqa: E402
+from fpemu.validate.watch.verdict import judge  # noqa: E402
 from tests.ops_nn_util import check, inputs, rerun  # noqa: E402
-from tests.watch_ops_util import capability  # noqa: E402
+from tests.watch_ops_util import (  # noqa: E402
+    capability,
+    emulate,
+    one_ulp_off,
+)
 
 aten = torch.ops.aten
 LOWF = ("float32", "bfloat16", "float16")
@@ -49,7 +63,6 @@ def test_sigmoid_tanh_backward(name: str) -> None:
 
 def test_float16_sigmoid_backward_rounds_per_op() -> None:
     """E1: one rounding would differ from torch on many elements; per-op rounding on none."""
-    from fpemu.validate.ops._num import to
 
     g = torch.randn(20000, dtype=torch.float16)
     y = torch.rand(20000, dtype=torch.float16)
@@ -78,10 +91,6 @@ def test_transcendentals_bounded(name: str) -> None:
 def test_bounds_are_tight(name: str) -> None:
     """16-bit formats: most elements admit one value only, and a result one ulp off there is
     'differs'; float32: the bound's median width stays within a few dozen ulps."""
-    from fpemu.validate.ops._num import ulp
-    from fpemu.validate.watch.convert import to_numpy
-    from fpemu.validate.watch.verdict import judge
-    from tests.watch_ops_util import emulate, one_ulp_off
 
     x = torch.linspace(0.5, 3, 1000, dtype=torch.float64).to(getattr(torch, name))
     g = torch.linspace(-2, 2, 1000, dtype=torch.float64).to(getattr(torch, name))
@@ -104,8 +113,6 @@ def test_bounds_are_tight(name: str) -> None:
 
 
 def test_float64_transcendental_not_emulated() -> None:
-    from fpemu.validate.ops import Call
-    from fpemu.validate.ops.activations import gelu
 
     with pytest.raises(NotImplementedError, match="float64"):
         gelu(Call("aten.gelu.default", (np.float64([1.0]),), {}, ("float64",)))

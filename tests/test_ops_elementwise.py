@@ -7,9 +7,18 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from fpemu.validate.ops import names  # noqa: E402
+from fpemu.validate.ops import (  # noqa: E402
+    Call,
+    names,
+)
+from fpemu.validate.ops.elementwise import div  # noqa: E402
+from fpemu.validate.watch.convert import to_numpy  # noqa: E402
+from fpemu.validate.watch.verdict import judge  # noqa: E402
 from tests.ops_nn_util import DTYPES, check, inputs, rerun  # noqa: E402
-from tests.watch_ops_util import capability  # noqa: E402
+from tests.watch_ops_util import (  # noqa: E402
+    capability,
+    emulate,
+)
 
 aten = torch.ops.aten
 N = 300
@@ -148,9 +157,6 @@ def test_bitwise_logical_not() -> None:
 
 def test_planted_fault_in_bounded_libm_is_caught() -> None:
     """A result several ulps from every admissible value is 'differs' for a bounded op."""
-    from fpemu.validate.watch.convert import to_numpy
-    from fpemu.validate.watch.verdict import judge
-    from tests.watch_ops_util import emulate
 
     a = torch.linspace(-3, 3, 64)
     outs, emulated = emulate(aten.exp.default, a)
@@ -171,13 +177,12 @@ def test_registered() -> None:
                "aten.maximum.default", "aten.minimum.default", "aten.where.self",
                "aten.masked_fill.Scalar", "aten.masked_fill_.Scalar", "aten.masked_fill.Tensor",
                "aten.eq.Scalar", "aten.ne.Tensor", "aten.lt.Scalar", "aten.le.Tensor",
-               "aten.gt.Scalar", "aten.ge.Tensor", "aten.fill_.Tensor", "aten.bitwise_not.default"):  # fmt: skip
+               "aten.gt.Scalar", "aten.ge.Tensor", "aten.fill_.Tensor",
+               "aten.bitwise_not.default"):  # fmt: skip
         assert op in have, op
 
 
 def test_bad_rounding_mode() -> None:
-    from fpemu.validate.ops import Call
-    from fpemu.validate.ops.elementwise import div
 
     with pytest.raises(ValueError, match="rounding_mode 'round'"):
         div(Call("aten.div.Tensor_mode", (np.float32([1]), np.float32([2])),

@@ -7,8 +7,15 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from fpemu.validate.ops import names  # noqa: E402
+from fpemu.validate.ops import (  # noqa: E402
+    Call,
+    names,
+)
+from fpemu.validate.ops.losses import nll_loss  # noqa: E402
+from fpemu.validate.watch.convert import to_numpy  # noqa: E402
+from fpemu.validate.watch.verdict import judge  # noqa: E402
 from tests.ops_nn_util import check, rerun  # noqa: E402
+from tests.watch_ops_util import emulate  # noqa: E402
 
 aten = torch.ops.aten
 DT = ("float32", "bfloat16", "float16", "float64")
@@ -83,9 +90,6 @@ def test_mse_loss(name: str, shape: tuple[int, ...]) -> None:
 def test_mse_mean_bound_is_tight() -> None:
     """float32 mean of 2048 squares: the bound is far below the sum itself, and a value
     1e-4 away (relative) is 'differs'."""
-    from fpemu.validate.watch.convert import to_numpy
-    from fpemu.validate.watch.verdict import judge
-    from tests.watch_ops_util import emulate
 
     a, b = torch.randn(2048), torch.randn(2048)
     outs, em = emulate(aten.mse_loss.default, a, b, 1)
@@ -95,8 +99,6 @@ def test_mse_mean_bound_is_tight() -> None:
 
 
 def test_weight_not_emulated() -> None:
-    from fpemu.validate.ops import Call
-    from fpemu.validate.ops.losses import nll_loss
 
     with pytest.raises(NotImplementedError, match="weight"):
         nll_loss(Call("aten.nll_loss_forward.default",

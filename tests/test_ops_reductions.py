@@ -8,7 +8,10 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from fpemu.validate.ops import names  # noqa: E402
+from fpemu.validate.watch.convert import to_numpy  # noqa: E402
+from fpemu.validate.watch.verdict import judge  # noqa: E402
 from tests.ops_nn_util import check, inputs, rerun  # noqa: E402
+from tests.watch_ops_util import emulate, one_ulp_off  # noqa: E402
 
 aten = torch.ops.aten
 DT = ("float32", "bfloat16", "float16", "float64")
@@ -47,9 +50,6 @@ def test_sum_of_bools_and_ints_exact() -> None:
 def test_16_bit_sums_catch_one_ulp(name: str) -> None:
     """The float32 bound (gamma_255 * sum|x|, about 1e-2 here) is below a 16-bit ulp of these
     sums (0.25 bf16, 0.03 fp16): many outputs admit one value, and a fault there is caught."""
-    from fpemu.validate.watch.convert import to_numpy
-    from fpemu.validate.watch.verdict import judge
-    from tests.watch_ops_util import emulate, one_ulp_off
 
     x = arr((64, 256), name, 9)
     outs, em = emulate(aten.sum.dim_IntList, x, [1])

@@ -7,8 +7,16 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from fpemu.validate.ops import names  # noqa: E402
+from fpemu.validate.ops import (  # noqa: E402
+    Call,
+    names,
+)
+from fpemu.validate.ops._num import ulp  # noqa: E402
+from fpemu.validate.ops.softmax import softmax  # noqa: E402
+from fpemu.validate.watch.convert import to_numpy  # noqa: E402
+from fpemu.validate.watch.verdict import judge  # noqa: E402
 from tests.ops_nn_util import check, rerun  # noqa: E402
+from tests.watch_ops_util import emulate, one_ulp_off  # noqa: E402
 
 aten = torch.ops.aten
 LOWF = ("float32", "bfloat16", "float16")
@@ -48,9 +56,6 @@ def test_masked_rows_and_infinities() -> None:
 @pytest.mark.parametrize("name", ["bfloat16", "float16"])
 def test_bound_is_tight_in_16_bit(name: str) -> None:
     """Nearly every 16-bit output admits one value only, so a one-ulp fault is caught."""
-    from fpemu.validate.watch.convert import to_numpy
-    from fpemu.validate.watch.verdict import judge
-    from tests.watch_ops_util import emulate, one_ulp_off
 
     x = logits((8, 64), name, 3)
     for op in (aten._softmax.default, aten._log_softmax.default):
@@ -64,8 +69,6 @@ def test_bound_is_tight_in_16_bit(name: str) -> None:
 def test_float32_bound_width() -> None:
     """float32: the bound's median width stays below 250 ulps (each exp 20 ulps: 40u relative,
     the sum's gamma and the exps again: about 80u; the reciprocal and product 2u more)."""
-    from fpemu.validate.ops._num import ulp
-    from tests.watch_ops_util import emulate
 
     x = logits((8, 64), "float32", 4)
     for op in (aten._softmax.default, aten._log_softmax.default):
@@ -75,8 +78,6 @@ def test_float32_bound_width() -> None:
 
 
 def test_float64_not_emulated() -> None:
-    from fpemu.validate.ops import Call
-    from fpemu.validate.ops.softmax import softmax
 
     with pytest.raises(NotImplementedError, match="float64"):
         softmax(Call("aten._softmax.default", (np.zeros((2, 2)), -1, False), {}, ("float64",)))
@@ -85,7 +86,8 @@ def test_float64_not_emulated() -> None:
 def test_registered() -> None:
     have = set(names())
     for op in ("aten._softmax.default", "aten._log_softmax.default",
-               "aten._softmax_backward_data.default", "aten._log_softmax_backward_data.default"):  # fmt: skip
+               "aten._softmax_backward_data.default",
+               "aten._log_softmax_backward_data.default"):  # fmt: skip
         assert op in have, op
 
 

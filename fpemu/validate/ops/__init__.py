@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["TABLE", "Call", "Emulation", "Out", "exact", "lookup", "register", "names"]
+__all__ = ["TABLE", "Call", "Emulation", "Out", "exact", "lookup", "names", "register"]
 
 
 @dataclass(frozen=True)

@@ -101,7 +101,8 @@ def hull_out(
     """
     stack = np.stack([np.asarray(e, np.float64) for e in evals])
     nans = np.isnan(stack)
-    allnan, somenan = nans.all(axis=0), nans.any(axis=0) & ~nans.all(axis=0)
+    allnan = np.asarray(nans.all(axis=0))
+    somenan = np.asarray(nans.any(axis=0) & ~allnan)
     with np.errstate(invalid="ignore"):
         lo, hi = np.fmin.reduce(stack, axis=0), np.fmax.reduce(stack, axis=0)
     with np.errstate(over="ignore", invalid="ignore"):

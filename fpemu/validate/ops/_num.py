@@ -51,7 +51,9 @@ def dtype(name: str) -> np.dtype[Any]:
     try:
         return _DT[name]
     except KeyError:
-        raise ValueError(f"dtype {name!r} is not one the op emulations know: {sorted(_DT)}") from None
+        raise ValueError(
+            f"dtype {name!r} is not one the op emulations know: {sorted(_DT)}"
+        ) from None
 
 
 def fmt(a: Any) -> str:

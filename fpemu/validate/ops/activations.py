@@ -165,7 +165,10 @@ def sigmoid_backward(call: Call) -> list[Out | None]:
     go, yo = g.astype(cdt), y.astype(cdt)
     one = cdt(1)
     if name == "float16":
-        r = (lambda v: to(v, name).astype(_F))  # noqa: E731
+
+        def r(v: np.ndarray) -> np.ndarray:  # float16 storage after every operation
+            return to(v, name).astype(_F)
+
         return [exact(to(r(r(go * r(one - yo)) * yo), name))]
     return [exact(to((go * (one - yo)) * yo, name))]
 
@@ -253,7 +256,7 @@ def _erf_iv(z: np.ndarray) -> IV:
 def _gelu_erf(x: np.ndarray) -> tuple[np.ndarray, IV]:
     """``x*0.5*(1 + erf(x/sqrt2))`` with the erf interval of :func:`_erf_iv`."""
     z = (x * _F(math.sqrt(0.5))).astype(_F)
-    X = IV.of(x)  # noqa: N806
+    X = IV.of(x)
     res = X * IV.const(0.5) * (IV.const(1.0) + _erf_iv(z))
     with np.errstate(all="ignore"):
         val = x * _F(0.5) * (_F(1) + _erf64(z).astype(_F))
@@ -306,7 +309,7 @@ def gelu_backward(call: Call) -> list[Out | None]:
     if approx == "tanh":
         return [_gelu_backward_tanh(dy, x, name)]
     z = (x * _F(math.sqrt(0.5))).astype(_F)
-    X, DY = IV.of(x), IV.of(dy)  # noqa: N806
+    X, DY = IV.of(x), IV.of(dy)
     cdf = IV.const(0.5) * (IV.const(1.0) + _erf_iv(z))
     xsq = X * X * IV.const(-0.5)
 
@@ -324,7 +327,7 @@ def gelu_backward(call: Call) -> list[Out | None]:
 
 
 def _gelu_backward_tanh(dy: np.ndarray, x: np.ndarray, name: str) -> Out:
-    X, DY = IV.of(x), IV.of(dy)  # noqa: N806
+    X, DY = IV.of(x), IV.of(dy)
     xsq = X * X
     inner = IV.const(_BETA) * (X + IV.const(_KAPPA) * (xsq * X))
 
@@ -337,7 +340,9 @@ def _gelu_backward_tanh(dy: np.ndarray, x: np.ndarray, name: str) -> Out:
     right = IV.const(1.0) + t
     ld = IV.const(0.5) * right
     td = IV.const(1.0) - t * t
-    idv = IV.const(_BETA) * (IV.const(1.0) + IV.const(3 * np.float32(_KAPPA)) * xsq)
+    idv = IV.const(_BETA) * (
+        IV.const(1.0) + IV.const(float(np.float32(3) * np.float32(_KAPPA))) * xsq
+    )
     res = DY * (ld + left * td * idv)
     with np.errstate(all="ignore"):
         xs, b, k = x * x, _F(_BETA), _F(_KAPPA)
@@ -364,4 +369,3 @@ def silu_backward(call: Call) -> list[Out | None]:
         sv = _F(1) / (_F(1) + np.exp(-x.astype(np.float64)).astype(_F))
         val = dy * sv * (_F(1) + x * (_F(1) - sv))
     return [iv_out(val, res, name, _IVR)]
-

@@ -36,7 +36,9 @@ from fpemu.validate.ops._num import to
 __all__ = ["native_dropout", "native_dropout_backward"]
 
 
-def _scaled(x: np.ndarray, mask: np.ndarray, scale: float, name: str, *, stored: bool) -> np.ndarray:
+def _scaled(
+    x: np.ndarray, mask: np.ndarray, scale: float, name: str, *, stored: bool
+) -> np.ndarray:
     """``(x * mask) * scale``; ``stored``: ``scale`` held in the tensor's dtype (double ->
     float -> dtype), else as float32 opmath."""
     cdt = np.float64 if name == "float64" else np.float32

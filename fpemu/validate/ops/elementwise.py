@@ -17,7 +17,7 @@ multiplications/divisions (exact), 0.5 and -0.5 are ``sqrt`` and ``rsqrt``.
 >>> from fpemu.validate.ops import Call
 >>> out = mul(Call("aten.mul.Tensor", (np.float32([3.0]), 0.1), {}, ("float32",)))[0]
 >>> out.value.tolist(), out.exact
-([0.30000001192092896, True])
+([0.30000001192092896], True)
 """
 
 from __future__ import annotations
@@ -284,7 +284,7 @@ def pow_scalar(call: Call) -> list[Out | None]:
     if float(e) in table and name != "float16":  # float16: std::pow(Half, Half) for every e
         return unary(call, table[float(e)])
     if float(e) == -0.5 and name != "float16":
-        return rsqrt(call)
+        return list(rsqrt(call))
     if float(e) == 0.5 and name != "float16":
         return unary_libm(call, np.sqrt)
     if name == "float32":  # vector path: Sleef powf(x, float(e)); scalar tail: pow(x, double e)
@@ -303,7 +303,8 @@ def _cpow(x: np.ndarray, y: float) -> np.ndarray:
 
 
 @register("aten.clamp.default", "aten.clamp_.default", "aten.clamp_min.default",
-          "aten.clamp_min_.default", "aten.clamp_max.default", "aten.clamp_max_.default")  # fmt: skip
+          "aten.clamp_min_.default", "aten.clamp_max.default",
+          "aten.clamp_max_.default")  # fmt: skip
 def clamp(call: Call) -> list[Out | None]:
     """``min(max(x, lo), hi)`` with NaN propagating; Scalar bounds stored in opmath."""
     name = call.out_dtypes[0]

@@ -37,6 +37,7 @@ from fpemu.validate.ops._num import LOW, dtype, to
 
 __all__ = ["mse_loss", "mse_loss_backward", "nll_loss", "nll_loss_backward"]
 
+
 def _quiet(*ops: str) -> Callable[[Emulation], Emulation]:
     def deco(fn: Emulation) -> Emulation:
         @functools.wraps(fn)
@@ -52,7 +53,9 @@ def _quiet(*ops: str) -> Callable[[Emulation], Emulation]:
 
 def _unit(name: str) -> float:
     """The unit roundoff of the format the kernel accumulates in."""
-    return {"float64": 2.0**-53, "float32": 2.0**-24, "bfloat16": 2.0**-8, "float16": 2.0**-11}[name]
+    return {"float64": 2.0**-53, "float32": 2.0**-24, "bfloat16": 2.0**-8, "float16": 2.0**-11}[
+        name
+    ]
 
 
 def _sum_bound(terms: np.ndarray, name: str) -> tuple[float, float]:

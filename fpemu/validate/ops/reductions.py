@@ -129,7 +129,7 @@ def maxmin_dim(call: Call) -> list[Out | None]:
     if x.ndim == 0:
         return [exact(x), exact(np.asarray(0, np.int64))]
     arg = np.argmax if big else np.argmin
-    idx = arg(x, axis=d, keepdims=keep) if x.dtype.kind == "f" else arg(x, axis=d, keepdims=keep)
+    idx = arg(x, axis=d, keepdims=keep)
     nan = np.isnan(x.astype(np.float64))
     if nan.any():  # NaN is the extreme: the first NaN's index
         first = np.argmax(nan, axis=d, keepdims=keep)
@@ -137,6 +137,3 @@ def maxmin_dim(call: Call) -> list[Out | None]:
     vals = np.take_along_axis(x, np.expand_dims(idx, d) if not keep else idx, axis=d)
     vals = vals if keep else np.squeeze(vals, axis=d)
     return [exact(np.asarray(vals).astype(x.dtype)), exact(np.asarray(idx, np.int64))]
-
-
-

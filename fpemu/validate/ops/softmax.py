@@ -54,8 +54,10 @@ __all__ = ["log_softmax", "log_softmax_backward", "softmax", "softmax_backward"]
 
 #: ulps of the kernels' exp (``exp_u20``'s documented ULP=20 covers Sleef's 1.0)
 K_EXP = 20
-_WHY16 = ("16-bit intermediates (measured): float32 interval ends rounded, "
-          "exp_u20 (20 ulps), log (K_LIBM ulps), sum order (gamma_{K-1})")
+_WHY16 = (
+    "16-bit intermediates (measured): float32 interval ends rounded, "
+    "exp_u20 (20 ulps), log (K_LIBM ulps), sum order (gamma_{K-1})"
+)
 _WHY = ("float32 running bound: vectorised sum order (gamma_{K-1}), exp_u20 (20 ulps), "
         "log (K_LIBM ulps)")  # fmt: skip
 
@@ -167,7 +169,7 @@ def log_softmax(call: Call) -> list[Out | None]:
     _float64(name)
     xl = _last(x, dim)
     m = np.max(xl, axis=-1, keepdims=True) if xl.size else xl
-    X, M = IV.of(xl), IV.of(m)  # noqa: N806
+    X, M = IV.of(xl), IV.of(m)
     d = X - M
     if name in LOW and (x.ndim <= 1 or dim % x.ndim == x.ndim - 1):
         s16 = _ends16(_sum(_exp(d)), name)
@@ -194,7 +196,7 @@ def softmax_backward(call: Call) -> list[Out | None]:
     g, y, dim, name = call.args[0], call.args[1], int(call.args[2]), call.out_dtypes[0]
     _float64(name)
     gl, yl = _last(g, dim), _last(y, dim)
-    G, Y = IV.of(gl), IV.of(yl)  # noqa: N806
+    G, Y = IV.of(gl), IV.of(yl)
     dot = _sum(G * Y)
     res = Y * (G - dot)
     with np.errstate(all="ignore"):
@@ -209,10 +211,9 @@ def log_softmax_backward(call: Call) -> list[Out | None]:
     g, y, dim, name = call.args[0], call.args[1], int(call.args[2]), call.out_dtypes[0]
     _float64(name)
     gl, yl = _last(g, dim), _last(y, dim)
-    G = IV.of(gl)  # noqa: N806
+    G = IV.of(gl)
     res = G - _exp(IV.of(yl)) * _sum(G)
     with np.errstate(all="ignore"):
         sv = np.sum(gl, axis=-1, keepdims=True, dtype=np.float32)
         val = gl - np.exp(yl.astype(np.float64)).astype(np.float32) * sv
     return [_out(val, res, dim, g.shape, name)]
-
