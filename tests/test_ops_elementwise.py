@@ -72,6 +72,14 @@ def test_mixed_dtypes_promote(name: str) -> None:
         check(op, b32, a)
         check(op, a, b32)
     check(aten.div.Tensor, a, torch.tensor(7, dtype=torch.int64))  # mean over a count
+    for s in (0.1, 1 + 2**-8 + 2**-30, 1 / 3):  # 0-d tensors of other dtypes, either side
+        for sdt in (torch.float32, torch.float64):
+            t = torch.tensor(s, dtype=sdt)
+            for op in (aten.mul.Tensor, aten.div.Tensor, aten.add.Tensor, aten.gt.Tensor):
+                check(op, a, t)
+                check(op, t, a)
+            check(aten.maximum.default, a, t, claim="bounded")
+            check(aten.where.self, a > 0, a, t)
     check(aten.div.Tensor, torch.arange(10), torch.tensor(3))  # integers: true division
 
 

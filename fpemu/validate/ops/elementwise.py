@@ -77,10 +77,12 @@ def _operand(x: Any, name: str, cdt: np.dtype[Any]) -> np.ndarray:
 
 
 def binary(call: Call, f: Callable[[Any, Any], Any]) -> list[Out | None]:
-    """``f(a, b)`` in opmath, rounded once to the output dtype."""
+    """``f(a, b)`` in opmath, rounded once to the output dtype. ``b`` as a Python scalar or a 0-d
+    tensor is read in opmath (``original_scalar_value<opmath_t>``); ``a`` as a 0-d tensor of
+    another dtype is first stored in the output dtype (measured)."""
     name = call.out_dtypes[0]
     cdt = _cdt(name)
-    a, b = _val(call.args[0], cdt), _val(call.arg(1, "other"), cdt)
+    a, b = _operand(call.args[0], name, cdt), _val(call.arg(1, "other"), cdt)
     with np.errstate(all="ignore"):
         r = np.asarray(f(a, b))
     return [exact(to(r.astype(cdt, copy=False), name))]
@@ -367,6 +369,11 @@ def compare(call: Call) -> list[Out | None]:
     a, b = call.args[0], call.arg(1, "other")
     if not isinstance(b, np.ndarray):
         b = _stored(b, fmt(a))
+    elif a.dtype != b.dtype and (a.ndim == 0) != (b.ndim == 0):
+        # a 0-d tensor beside a tensor takes the tensor's dtype (double -> float -> dtype)
+        small, big = (a, b) if a.ndim == 0 else (b, a)
+        conv = np.asarray(_stored(small.item(), fmt(big)) if is_float(fmt(big)) else small)
+        a, b = (conv, big) if a.ndim == 0 else (big, conv)
     with np.errstate(invalid="ignore"):
         r = np.asarray(f(np.asarray(a), np.asarray(b)))
     return [exact(r.astype(dtype(call.out_dtypes[0])))]
