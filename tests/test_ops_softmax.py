@@ -67,14 +67,16 @@ def test_bound_is_tight_in_16_bit(name: str) -> None:
 
 
 def test_float32_bound_width() -> None:
-    """float32: the bound's median width stays below 250 ulps (each exp 20 ulps: 40u relative,
-    the sum's gamma and the exps again: about 80u; the reciprocal and product 2u more)."""
+    """float32: the bound's median width stays below 250 ulps for softmax (each exp 20 ulps:
+    40u relative, the sum's gamma and the exps again: about 80u; the reciprocal and product 2u
+    more) and below 40 for log_softmax (Sleef exp, K_LIBM ulps)."""
 
     x = logits((8, 64), "float32", 4)
     for op in (aten._softmax.default, aten._log_softmax.default):
         _, em = emulate(op, x, -1, False)
         width = 2 * np.asarray(em[0].err) / ulp(em[0].center, "float32")
-        assert np.median(width) < 250, (str(op), np.median(width))
+        limit = 250 if op == aten._softmax.default else 40
+        assert np.median(width) < limit, (str(op), np.median(width))
 
 
 def test_float64_not_emulated() -> None:

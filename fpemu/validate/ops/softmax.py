@@ -2,17 +2,20 @@
 (SoftmaxKernel.cpp): float32 opmath for every input format, one rounding to the output.
 
 The kernels' vectorised reductions (``vec::reduce_all``: lane-wise partial sums, then a
-horizontal sum) and their ``exp`` (``Vectorized<float>::exp_u20``, "a faster version of exp with
-ULP=20" per vec256_float.h, flushing below ``ln(FLT_MIN)``, or Sleef ``expf_u10``) are not
-pinned, so every output is bounded by the running error bound of the formula (``_iv.IV``):
+horizontal sum) and their ``exp`` are not pinned: ``_log_softmax`` uses ``Vectorized::exp`` (Sleef
+``expf_u10``) and ``std::exp`` (LogSoftmaxKernelImpl.h: ``K_LIBM`` ulps); ``_softmax`` and the
+backwards live in SoftmaxKernel.cpp, not shipped with the wheel, and may use
+``Vectorized<float>::exp_u20`` ("a faster version of exp with ULP=20" per vec256_float.h,
+flushing below ``ln(FLT_MIN)``): 20 ulps. Every output is bounded by the running error bound of
+the formula (``_iv.IV``):
 
 * forward: ``m = max(x)`` (exact in any order), ``e_i = exp(x_i - m)``, ``s = sum e_i``,
   ``softmax = e_i * (1/s)``, ``log_softmax = (x_i - m) - log(s)`` (or ``x_i - (m + log s)``:
   the larger bound of the two orders);
 * backward: ``softmax: y_i * (g_i - sum_j g_j y_j)``, ``log_softmax: g_i - exp(y_i) * sum_j g_j``;
 * a sum of K terms in any order: ``|error| <= gamma_{K-1} * sum |terms|``,
-  ``gamma_n = n u / (1 - n u)``, ``u = 2**-24``; each ``exp``: 20 ulps plus ``2**-126``
-  (the flush) plus its slope times its argument's bound; each ``log``: ``K_LIBM`` ulps.
+  ``gamma_n = n u / (1 - n u)``, ``u = 2**-24``; each ``exp``: 20 (or ``K_LIBM``) ulps plus
+  ``2**-126`` (the flush) plus its slope times its argument's bound; ``log``: ``K_LIBM`` ulps.
 
 torch 2.13 CPU, measured (tests/test_ops_softmax.py), the 16-bit formats round intermediates:
 
@@ -79,11 +82,11 @@ def _ulp32(mag: np.ndarray) -> np.ndarray:
     return np.asarray(np.ldexp(1.0, np.frexp(np.maximum(mag, 2.0**-126))[1] - 24))
 
 
-def _exp(a: IV) -> IV:
-    """``exp`` of an interval: 20 ulps, the flush below ``FLT_MIN``, the slope ``exp(hi)``."""
+def _exp(a: IV, k: int = K_EXP) -> IV:
+    """``exp`` of an interval: ``k`` ulps, the flush below ``FLT_MIN``, the slope ``exp(hi)``."""
     v = np.exp(a.v)
     prop = np.where(a.e > 0, np.exp(a.v + a.e) * a.e, 0.0)
-    return IV(v, prop + K_EXP * _ulp32(np.abs(v) + prop) + 2.0**-126)
+    return IV(v, prop + k * _ulp32(np.abs(v) + prop) + 2.0**-126)
 
 
 def _log(a: IV) -> IV:
@@ -172,14 +175,14 @@ def log_softmax(call: Call) -> list[Out | None]:
     X, M = IV.of(xl), IV.of(m)
     d = X - M
     if name in LOW and (x.ndim <= 1 or dim % x.ndim == x.ndim - 1):
-        s16 = _ends16(_sum(_exp(d)), name)
+        s16 = _ends16(_sum(_exp(d, K_LIBM)), name)
         logs = [_log(IV(np.asarray(v, np.float64), 0.0)) for v in s16]
         l16 = [_ends16(logs[0], name)[0], _ends16(logs[1], name)[1]]
         dv = (xl - m).astype(_F)
         ev = [dv - v for v in l16]
         return [hull_out(_back(ev[0], dim, x.shape), [_back(v, dim, x.shape) for v in ev],
                          name, _WHY16)]  # fmt: skip
-    ls = _log(_sum(_exp(d)))
+    ls = _log(_sum(_exp(d, K_LIBM)))
     one = d - ls  # (x - m) - log s
     two = X - (M + ls)  # x - (m + log s)
     res = IV(one.v, np.maximum(one.e, two.e))
