@@ -17,15 +17,16 @@ the two ends, where the formula is monotone in it) and reports the hull.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-from fpemu.validate.ops import Out, bounded
+from fpemu.validate.ops import Call, Emulation, Out, bounded, register
 from fpemu.validate.ops._num import LOW, to
 
-__all__ = ["K_LIBM", "candidates", "fma", "fma32", "hull_out", "monotone", "scalar"]
+__all__ = ["K_LIBM", "candidates", "fma", "fma32", "hull_out", "monotone", "quiet", "scalar"]
 
 #: ulps within which torch's float32 transcendental lies from the exact value. Sources: Sleef's
 #: ``*_u10`` functions (the AVX2/AVX512 ``Vectorized<float>``) are documented at most 1.0 ulp;
@@ -34,6 +35,22 @@ __all__ = ["K_LIBM", "candidates", "fma", "fma32", "hull_out", "monotone", "scal
 #: manual's "Known Maximum Errors": float exp 1, log 1, pow 1, tanh 2, erf 0; double tanh 2,
 #: exp/log/pow/erf 1. One bound covering all of them.
 K_LIBM = 2
+
+
+def quiet(*ops: str) -> Callable[[Emulation], Emulation]:
+    """``register`` with NumPy's floating-point warnings off inside the emulation (NaN and inf
+    inputs are data, not errors)."""
+
+    def deco(fn: Emulation) -> Emulation:
+        @functools.wraps(fn)
+        def run(call: Call) -> Sequence[Out | None]:
+            with np.errstate(all="ignore"):
+                return fn(call)
+
+        register(*ops)(run)
+        return fn
+
+    return deco
 
 
 def fma32(a: Any, b: Any, c: Any) -> np.ndarray:

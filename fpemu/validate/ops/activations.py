@@ -32,15 +32,13 @@ the threshold as float32.
 
 from __future__ import annotations
 
-import functools
 import math
-from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-from fpemu.validate.ops import Call, Emulation, Out, exact, register
-from fpemu.validate.ops._fp import candidates, fma32, hull_out
+from fpemu.validate.ops import Call, Out, exact
+from fpemu.validate.ops._fp import candidates, fma32, hull_out, quiet
 from fpemu.validate.ops._iv import IV, iv_out
 from fpemu.validate.ops._num import LOW, to
 
@@ -64,21 +62,6 @@ def _fm(a: Any, b: Any, c: Any, fused: bool) -> np.ndarray:
     if fused:
         return fma32(a, b, c)
     return np.asarray(np.asarray(a, _F) * np.asarray(b, _F) + np.asarray(c, _F), _F)
-
-
-def _quiet(*ops: str) -> Callable[[Emulation], Emulation]:
-    """``register`` with NumPy's floating-point warnings off (NaN and inf inputs are data)."""
-
-    def deco(fn: Emulation) -> Emulation:
-        @functools.wraps(fn)
-        def run(call: Call) -> Sequence[Out | None]:
-            with np.errstate(all="ignore"):
-                return fn(call)
-
-        register(*ops)(run)
-        return fn
-
-    return deco
 
 
 # W. J. Cody's rational approximations of erf / erfc (CALERF, Math. Comp. 23, 1969)
@@ -135,14 +118,14 @@ def _ends(cands: list[np.ndarray]) -> list[np.ndarray]:
 
 
 # -- selections (exact) -----------------------------------------------------------------------
-@_quiet("aten.relu.default", "aten.relu_.default")
+@quiet("aten.relu.default", "aten.relu_.default")
 def relu(call: Call) -> list[Out | None]:
     """``clamp_min(x, 0)``: x unless x < 0 (NaN and -0 stay)."""
     x = call.args[0]
     return [exact(np.where(x < 0, np.zeros_like(x), x))]
 
 
-@_quiet("aten.threshold_backward.default")
+@quiet("aten.threshold_backward.default")
 def threshold_backward(call: Call) -> list[Out | None]:
     """``self <= threshold ? 0 : grad``, compared in opmath (the threshold as float32 for the
     16-bit formats: measured)."""
@@ -151,7 +134,7 @@ def threshold_backward(call: Call) -> list[Out | None]:
     return [exact(np.where(x.astype(cdt) <= cdt(th), np.zeros_like(g), g))]
 
 
-@_quiet("aten.leaky_relu.default", "aten.leaky_relu_.default")
+@quiet("aten.leaky_relu.default", "aten.leaky_relu_.default")
 def leaky_relu(call: Call) -> list[Out | None]:
     """``x > 0 ? x : x * slope``, the product in opmath with the slope as float32."""
     x, name = call.args[0], call.out_dtypes[0]
@@ -161,7 +144,7 @@ def leaky_relu(call: Call) -> list[Out | None]:
     return [exact(to(np.where(xo > 0, xo, xo * cdt(slope)), name))]
 
 
-@_quiet("aten.leaky_relu_backward.default")
+@quiet("aten.leaky_relu_backward.default")
 def leaky_relu_backward(call: Call) -> list[Out | None]:
     """``self > 0 ? grad : grad * slope``."""
     g, x, slope, name = call.args[0], call.args[1], call.args[2], call.out_dtypes[0]
@@ -170,7 +153,7 @@ def leaky_relu_backward(call: Call) -> list[Out | None]:
     return [exact(to(np.where(x.astype(cdt) > 0, go, go * cdt(slope)), name))]
 
 
-@_quiet("aten.hardtanh.default", "aten.hardtanh_.default")
+@quiet("aten.hardtanh.default", "aten.hardtanh_.default")
 def hardtanh(call: Call) -> list[Out | None]:
     """``clamp(x, min_val, max_val)`` with x kept where not outside (NaN stays)."""
     x = call.args[0]
@@ -180,7 +163,7 @@ def hardtanh(call: Call) -> list[Out | None]:
     return [exact(np.where(r > hi, hi, r).astype(x.dtype))]
 
 
-@_quiet("aten.hardtanh_backward.default")
+@quiet("aten.hardtanh_backward.default")
 def hardtanh_backward(call: Call) -> list[Out | None]:
     """``(x > min && x < max) ? grad : 0`` (a NaN ``x`` gives 0: measured)."""
     g, x = call.args[0], call.args[1]
@@ -190,7 +173,7 @@ def hardtanh_backward(call: Call) -> list[Out | None]:
 
 
 # -- arithmetic backwards (exact) ---------------------------------------------------------------
-@_quiet("aten.sigmoid_backward.default")
+@quiet("aten.sigmoid_backward.default")
 def sigmoid_backward(call: Call) -> list[Out | None]:
     """``g * (1 - y) * y``: float32 opmath rounded once, float16 rounded after every step (E1)."""
     g, y, name = call.args[0], call.args[1], call.out_dtypes[0]
@@ -206,7 +189,7 @@ def sigmoid_backward(call: Call) -> list[Out | None]:
     return [exact(to((go * (one - yo)) * yo, name))]
 
 
-@_quiet("aten.tanh_backward.default")
+@quiet("aten.tanh_backward.default")
 def tanh_backward(call: Call) -> list[Out | None]:
     """``g * (1 - y*y)``. The 16-bit ``y*y`` is exact in float32, so a contraction of ``1 - y*y``
     changes nothing there; float32 on the SIMD builds: fused or not (the hull)."""
@@ -226,7 +209,7 @@ def _no64() -> list[Out | None]:
 
 
 # -- transcendentals (bounded) ------------------------------------------------------------------
-@_quiet("aten.sigmoid.default", "aten.sigmoid_.default")
+@quiet("aten.sigmoid.default", "aten.sigmoid_.default")
 def sigmoid(call: Call) -> list[Out | None]:
     """``1 / (1 + exp(-x))``: monotone in the exp value, nothing to contract."""
     name = call.out_dtypes[0]
@@ -238,7 +221,7 @@ def sigmoid(call: Call) -> list[Out | None]:
     return [hull_out(mid, ev, name, _HULL)]
 
 
-@_quiet("aten.tanh.default", "aten.tanh_.default")
+@quiet("aten.tanh.default", "aten.tanh_.default")
 def tanh(call: Call) -> list[Out | None]:
     """Sleef ``tanhf_u10`` / MKL / libm: within ``K_LIBM`` ulps."""
     name = call.out_dtypes[0]
@@ -247,7 +230,7 @@ def tanh(call: Call) -> list[Out | None]:
     return [hull_out(c[len(c) // 2], c, name, _HULL)]
 
 
-@_quiet("aten.silu.default", "aten.silu_.default")
+@quiet("aten.silu.default", "aten.silu_.default")
 def silu(call: Call) -> list[Out | None]:
     """``x / (1 + exp(-x))``: monotone in the exp value, nothing to contract."""
     name = call.out_dtypes[0]
@@ -318,7 +301,7 @@ def _gelu_tanh(x: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
     return mid, ev
 
 
-@_quiet("aten.gelu.default", "aten.gelu_.default")
+@quiet("aten.gelu.default", "aten.gelu_.default")
 def gelu(call: Call) -> list[Out | None]:
     """``x*0.5*(1 + erf(x/sqrt2))`` or ``0.5*x*(1 + tanh(beta*(x + kappa*x^3)))`` (Gelu.h)."""
     name = call.out_dtypes[0]
@@ -331,7 +314,7 @@ def gelu(call: Call) -> list[Out | None]:
     return [iv_out(val, res, name, _ERF, ftz=True)]
 
 
-@_quiet("aten.gelu_backward.default")
+@quiet("aten.gelu_backward.default")
 def gelu_backward(call: Call) -> list[Out | None]:
     """erf: ``dy * (cdf + x*pdf)``, cdf = ``0.5*(1 + erf(x/sqrt2))``, pdf = ``beta*exp(-x*x/2)``,
     the running bound with the erf interval of :func:`_erf_iv`. tanh: the running bound of the
@@ -385,7 +368,7 @@ def _gelu_backward_tanh(dy: np.ndarray, x: np.ndarray, name: str) -> Out:
     return iv_out(val, res, name, _IVR)
 
 
-@_quiet("aten.silu_backward.default")
+@quiet("aten.silu_backward.default")
 def silu_backward(call: Call) -> list[Out | None]:
     """``s = 1/(1 + exp(-x)); dy * s * (1 + x*(1 - s))``: the running bound (not monotone in s)."""
     name = call.out_dtypes[0]

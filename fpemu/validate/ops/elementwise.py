@@ -27,8 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from fpemu.validate.ops import Call, Out, bounded, exact, register
-from fpemu.validate.ops._fp import K_LIBM, candidates, fma, hull_out, scalar
+from fpemu.validate.ops import Call, Out, bounded, exact
+from fpemu.validate.ops._fp import K_LIBM, candidates, fma, hull_out, quiet, scalar
 from fpemu.validate.ops._num import LOW, dtype, fmt, is_float, to, ulp
 
 __all__ = ["add", "binary", "compare", "div", "mul", "unary_libm"]
@@ -88,7 +88,7 @@ def binary(call: Call, f: Callable[[Any, Any], Any]) -> list[Out | None]:
     return [exact(to(r.astype(cdt, copy=False), name))]
 
 
-@register("aten.add.Tensor", "aten.add_.Tensor", "aten.add.Scalar", "aten.add_.Scalar",
+@quiet("aten.add.Tensor", "aten.add_.Tensor", "aten.add.Scalar", "aten.add_.Scalar",
           "aten.sub.Tensor", "aten.sub_.Tensor", "aten.sub.Scalar", "aten.sub_.Scalar",
           "aten.rsub.Scalar", "aten.rsub.Tensor")  # fmt: skip
 def add(call: Call) -> list[Out | None]:
@@ -134,7 +134,7 @@ def add(call: Call) -> list[Out | None]:
     return [hull_out(fused, [fused, scalar_path], name, "vector FMA or scalar tail (bf16 ops)")]
 
 
-@register("aten.mul.Tensor", "aten.mul_.Tensor", "aten.mul.Scalar", "aten.mul_.Scalar")
+@quiet("aten.mul.Tensor", "aten.mul_.Tensor", "aten.mul.Scalar", "aten.mul_.Scalar")
 def mul(call: Call) -> list[Out | None]:
     """``a * b`` in opmath, one rounding."""
     return binary(call, lambda a, b: a * b)
@@ -153,7 +153,7 @@ def _floor_div(a: np.ndarray, b: np.ndarray, r: Callable[[Any], np.ndarray]) -> 
         return np.asarray(np.where(b == 0, r(a / b), q))
 
 
-@register("aten.div.Tensor", "aten.div_.Tensor", "aten.div.Scalar", "aten.div_.Scalar",
+@quiet("aten.div.Tensor", "aten.div_.Tensor", "aten.div.Scalar", "aten.div_.Scalar",
           "aten.div.Tensor_mode", "aten.div_.Tensor_mode")  # fmt: skip
 def div(call: Call) -> list[Out | None]:
     """True division in opmath (an integer pair divides in float32); ``rounding_mode`` 'trunc'
@@ -182,7 +182,7 @@ def div(call: Call) -> list[Out | None]:
     return [exact(to(np.asarray(q, cdt), name))]
 
 
-@register("aten.maximum.default", "aten.minimum.default")
+@quiet("aten.maximum.default", "aten.minimum.default")
 def maxmin(call: Call) -> list[Out | None]:
     """NaN-propagating max/min. The sign of a zero from ``max(-0, +0)`` differs between the
     vectorised and scalar paths, so equal zeros are admitted either way (err 0 around 0)."""
@@ -205,14 +205,14 @@ def unary(call: Call, f: Callable[[np.ndarray], np.ndarray]) -> list[Out | None]
         return [exact(to(np.asarray(f(x)), name))]
 
 
-register("aten.neg.default", "aten.neg_.default")(lambda c: unary(c, np.negative))
-register("aten.abs.default", "aten.abs_.default")(lambda c: unary(c, np.abs))
-register("aten.reciprocal.default", "aten.reciprocal_.default")(
+quiet("aten.neg.default", "aten.neg_.default")(lambda c: unary(c, np.negative))
+quiet("aten.abs.default", "aten.abs_.default")(lambda c: unary(c, np.abs))
+quiet("aten.reciprocal.default", "aten.reciprocal_.default")(
     lambda c: unary(c, lambda x: np.asarray(x.dtype.type(1) / x))
 )
 
 
-@register("aten.rsqrt.default", "aten.rsqrt_.default")
+@quiet("aten.rsqrt.default", "aten.rsqrt_.default")
 def rsqrt(call: Call) -> list[Out | None]:
     """``1 / sqrt(x)`` with both steps correctly rounded (``_mm_sqrt_ps``, ``std::sqrt``).
 
@@ -254,12 +254,12 @@ def unary_libm(call: Call, *f64: Callable[[np.ndarray], np.ndarray]) -> list[Out
     return [hull_out(mid, cands, name, _LIBM)]
 
 
-register("aten.exp.default", "aten.exp_.default")(lambda c: unary_libm(c, np.exp))
-register("aten.log.default", "aten.log_.default")(lambda c: unary_libm(c, np.log))
-register("aten.sqrt.default", "aten.sqrt_.default")(lambda c: unary_libm(c, np.sqrt))
+quiet("aten.exp.default", "aten.exp_.default")(lambda c: unary_libm(c, np.exp))
+quiet("aten.log.default", "aten.log_.default")(lambda c: unary_libm(c, np.log))
+quiet("aten.sqrt.default", "aten.sqrt_.default")(lambda c: unary_libm(c, np.sqrt))
 
 
-@register("aten.pow.Tensor_Scalar", "aten.pow_.Scalar")
+@quiet("aten.pow.Tensor_Scalar", "aten.pow_.Scalar")
 def pow_scalar(call: Call) -> list[Out | None]:
     """``pow_tensor_scalar_optimized_kernel``: 2, 3, -1, -2 as products/quotients, 0.5 and -0.5 as
     ``sqrt``/``rsqrt``, 1 a copy, anything else ``std::pow``/Sleef ``powf_u10`` (bounded).
@@ -304,7 +304,7 @@ def _cpow(x: np.ndarray, y: float) -> np.ndarray:
     return np.asarray(np.where(x == -np.inf, at_minf, r) if y != 0 else r)
 
 
-@register("aten.clamp.default", "aten.clamp_.default", "aten.clamp_min.default",
+@quiet("aten.clamp.default", "aten.clamp_.default", "aten.clamp_min.default",
           "aten.clamp_min_.default", "aten.clamp_max.default",
           "aten.clamp_max_.default")  # fmt: skip
 def clamp(call: Call) -> list[Out | None]:
@@ -327,7 +327,7 @@ def clamp(call: Call) -> list[Out | None]:
     return [exact(to(np.asarray(r).astype(cdt), name))]
 
 
-@register("aten.where.self")
+@quiet("aten.where.self")
 def where(call: Call) -> list[Out | None]:
     """``cond ? a : b`` with both operands cast to the output dtype (a double 0-d tensor rounds
     once to it)."""
@@ -338,7 +338,7 @@ def where(call: Call) -> list[Out | None]:
     return [exact(np.where(cond, av, bv))]
 
 
-@register("aten.masked_fill.Scalar", "aten.masked_fill_.Scalar", "aten.masked_fill.Tensor",
+@quiet("aten.masked_fill.Scalar", "aten.masked_fill_.Scalar", "aten.masked_fill.Tensor",
           "aten.masked_fill_.Tensor")  # fmt: skip
 def masked_fill(call: Call) -> list[Out | None]:
     """``mask ? value : x``; the value stored in x's dtype (``Scalar::to<scalar_t>``)."""
@@ -349,7 +349,7 @@ def masked_fill(call: Call) -> list[Out | None]:
     return [exact(np.where(mask, np.asarray(_stored(v, name)).astype(x.dtype), x))]
 
 
-@register("aten.fill_.Tensor")
+@quiet("aten.fill_.Tensor")
 def fill(call: Call) -> list[Out | None]:
     """Every element set to the value stored in the tensor's dtype."""
     x, v = call.args[0], call.arg(1, "value")
@@ -380,12 +380,12 @@ def compare(call: Call) -> list[Out | None]:
 
 
 for _k in _CMP:
-    register(f"aten.{_k}.Scalar", f"aten.{_k}.Tensor", f"aten.{_k}_.Scalar", f"aten.{_k}_.Tensor")(
+    quiet(f"aten.{_k}.Scalar", f"aten.{_k}.Tensor", f"aten.{_k}_.Scalar", f"aten.{_k}_.Tensor")(
         compare
     )
 
 
-@register("aten.bitwise_not.default", "aten.logical_not.default")
+@quiet("aten.bitwise_not.default", "aten.logical_not.default")
 def bitwise_not(call: Call) -> list[Out | None]:
     """``~x`` for bools and integers; ``logical_not``: ``x == 0`` (exact)."""
     x = np.asarray(call.args[0])

@@ -26,29 +26,14 @@ cascade sum, bounded by ``gamma_{K-1} * sum d*d``. Backward: ``norm * (a - b) * 
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Sequence
-
 import numpy as np
 
-from fpemu.validate.ops import Call, Emulation, Out, bounded, exact, register
+from fpemu.validate.ops import Call, Out, bounded, exact
+from fpemu.validate.ops._fp import quiet
 from fpemu.validate.ops._iv import U
 from fpemu.validate.ops._num import LOW, dtype, to
 
 __all__ = ["mse_loss", "mse_loss_backward", "nll_loss", "nll_loss_backward"]
-
-
-def _quiet(*ops: str) -> Callable[[Emulation], Emulation]:
-    def deco(fn: Emulation) -> Emulation:
-        @functools.wraps(fn)
-        def run(call: Call) -> Sequence[Out | None]:
-            with np.errstate(all="ignore"):
-                return fn(call)
-
-        register(*ops)(run)
-        return fn
-
-    return deco
 
 
 def _unit(name: str) -> float:
@@ -70,7 +55,7 @@ def _sum_bound(terms: np.ndarray, name: str) -> tuple[float, float]:
     return total, g * absum + k * 2.0**-52 * absum
 
 
-@_quiet("aten.nll_loss_forward.default", "aten.nll_loss2d_forward.default")
+@quiet("aten.nll_loss_forward.default", "aten.nll_loss2d_forward.default")
 def nll_loss(call: Call) -> list[Out | None]:
     """``(output, total_weight)`` of ``nll_loss_forward(self, target, weight, reduction,
     ignore_index)`` (and ``nll_loss2d_forward``: class dim 1, the rest flattened in order)."""
@@ -102,7 +87,7 @@ def nll_loss(call: Call) -> list[Out | None]:
                     center=np.asarray(total)), tw_out]  # fmt: skip
 
 
-@_quiet("aten.nll_loss_backward.default", "aten.nll_loss2d_backward.default")
+@quiet("aten.nll_loss_backward.default", "aten.nll_loss2d_backward.default")
 def nll_loss_backward(call: Call) -> list[Out | None]:
     """``grad_input``: zeros but ``-(g / total_weight)`` (mean) or ``-g`` at each kept target."""
     g, x, t, w = call.args[0], call.args[1], np.asarray(call.args[2]), call.arg(3, "weight")
@@ -138,7 +123,7 @@ def _sq(a: np.ndarray, b: np.ndarray, name: str) -> np.ndarray:
     return np.asarray(to(d * d, name))
 
 
-@_quiet("aten.mse_loss.default")
+@quiet("aten.mse_loss.default")
 def mse_loss(call: Call) -> list[Out | None]:
     """``mse_loss(self, target, reduction=mean)``."""
     a, b = call.args[0], call.args[1]
@@ -158,7 +143,7 @@ def mse_loss(call: Call) -> list[Out | None]:
                     center=np.asarray(total))]  # fmt: skip
 
 
-@_quiet("aten.mse_loss_backward.default")
+@quiet("aten.mse_loss_backward.default")
 def mse_loss_backward(call: Call) -> list[Out | None]:
     """``norm * (a - b) * grad``, ``norm = 2/N`` (mean) or 2, in the tensor's type."""
     g, a, b = call.args[0], call.args[1], call.args[2]

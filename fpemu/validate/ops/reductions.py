@@ -19,32 +19,18 @@ the exact sum, for any order or tree of K terms. ``mean`` is that sum divided by
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-from fpemu.validate.ops import Call, Emulation, Out, exact, register
+from fpemu.validate.ops import Call, Out, exact
+from fpemu.validate.ops._fp import quiet
 from fpemu.validate.ops._iv import IV, iv_out
 from fpemu.validate.ops._num import dtype, is_float
 
 __all__ = ["amax", "maxmin_dim", "mean", "sum_"]
 
 _WHY = "float32 sum in an order not pinned: gamma_{K-1} * sum|x|"
-
-
-def _quiet(*ops: str) -> Callable[[Emulation], Emulation]:
-    def deco(fn: Emulation) -> Emulation:
-        @functools.wraps(fn)
-        def run(call: Call) -> Sequence[Out | None]:
-            with np.errstate(all="ignore"):
-                return fn(call)
-
-        register(*ops)(run)
-        return fn
-
-    return deco
 
 
 def _axes(x: np.ndarray, dim: Any) -> tuple[int, ...]:
@@ -72,7 +58,7 @@ def _name_dt(call: Call, x: np.ndarray) -> tuple[str, float]:
     return name, u
 
 
-@_quiet("aten.sum.default", "aten.sum.dim_IntList")
+@quiet("aten.sum.default", "aten.sum.dim_IntList")
 def sum_(call: Call) -> list[Out | None]:
     """``sum(self, dim=None, keepdim=False, *, dtype=None)``."""
     x = call.args[0]
@@ -87,7 +73,7 @@ def sum_(call: Call) -> list[Out | None]:
     return [iv_out(iv.v, iv, name, _WHY)]
 
 
-@_quiet("aten.mean.default", "aten.mean.dim")
+@quiet("aten.mean.default", "aten.mean.dim")
 def mean(call: Call) -> list[Out | None]:
     """``mean(self, dim=None, keepdim=False, *, dtype=None)``: the sum over K, two roundings."""
     x = call.args[0]
@@ -107,7 +93,7 @@ def _reduce(x: np.ndarray, axes: tuple[int, ...], keep: bool, f: Any) -> np.ndar
     return np.asarray(f(x, axis=axes, keepdims=keep))
 
 
-@_quiet("aten.amax.default", "aten.amin.default", "aten.max.default", "aten.min.default")
+@quiet("aten.amax.default", "aten.amin.default", "aten.max.default", "aten.min.default")
 def amax(call: Call) -> list[Out | None]:
     """The largest (smallest) element, NaN if any is NaN: exact."""
     x = call.args[0]
@@ -120,7 +106,7 @@ def amax(call: Call) -> list[Out | None]:
     return [exact(_reduce(x, axes, keep, f).astype(x.dtype))]
 
 
-@_quiet("aten.max.dim", "aten.min.dim")
+@quiet("aten.max.dim", "aten.min.dim")
 def maxmin_dim(call: Call) -> list[Out | None]:
     """``(values, indices)`` along ``dim``: the first index of the extreme (of the first NaN)."""
     x, d = call.args[0], int(call.args[1])

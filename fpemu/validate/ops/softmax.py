@@ -41,13 +41,10 @@ operations are evaluated at those ends: the hull is the claim.
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Sequence
-
 import numpy as np
 
-from fpemu.validate.ops import Call, Emulation, Out, register
-from fpemu.validate.ops._fp import K_LIBM, hull_out
+from fpemu.validate.ops import Call, Out
+from fpemu.validate.ops._fp import K_LIBM, hull_out, quiet
 from fpemu.validate.ops._iv import ETA, IV, U, iv_out
 from fpemu.validate.ops._num import LOW, to
 
@@ -63,19 +60,6 @@ _WHY16 = (
 )
 _WHY = ("float32 running bound: vectorised sum order (gamma_{K-1}), exp_u20 (20 ulps), "
         "log (K_LIBM ulps)")  # fmt: skip
-
-
-def _quiet(*ops: str) -> Callable[[Emulation], Emulation]:
-    def deco(fn: Emulation) -> Emulation:
-        @functools.wraps(fn)
-        def run(call: Call) -> Sequence[Out | None]:
-            with np.errstate(all="ignore"):
-                return fn(call)
-
-        register(*ops)(run)
-        return fn
-
-    return deco
 
 
 def _ulp32(mag: np.ndarray) -> np.ndarray:
@@ -141,7 +125,7 @@ def _out(val: np.ndarray, iv: IV, dim: int, shape: tuple[int, ...], name: str) -
                   name, _WHY)  # fmt: skip
 
 
-@_quiet("aten._softmax.default")
+@quiet("aten._softmax.default")
 def softmax(call: Call) -> list[Out | None]:
     """``_softmax(x, dim, half_to_float)``."""
     x, dim, name = call.args[0], int(call.args[1]), call.out_dtypes[0]
@@ -165,7 +149,7 @@ def softmax(call: Call) -> list[Out | None]:
     return [_out(val, res, dim, x.shape, name)]
 
 
-@_quiet("aten._log_softmax.default")
+@quiet("aten._log_softmax.default")
 def log_softmax(call: Call) -> list[Out | None]:
     """``_log_softmax(x, dim, half_to_float)``."""
     x, dim, name = call.args[0], int(call.args[1]), call.out_dtypes[0]
@@ -193,7 +177,7 @@ def log_softmax(call: Call) -> list[Out | None]:
     return [_out(val, res, dim, x.shape, name)]
 
 
-@_quiet("aten._softmax_backward_data.default")
+@quiet("aten._softmax_backward_data.default")
 def softmax_backward(call: Call) -> list[Out | None]:
     """``_softmax_backward_data(grad, output, dim, input_dtype)``: ``y * (g - sum(g*y))``."""
     g, y, dim, name = call.args[0], call.args[1], int(call.args[2]), call.out_dtypes[0]
@@ -208,7 +192,7 @@ def softmax_backward(call: Call) -> list[Out | None]:
     return [_out(val, res, dim, g.shape, name)]
 
 
-@_quiet("aten._log_softmax_backward_data.default")
+@quiet("aten._log_softmax_backward_data.default")
 def log_softmax_backward(call: Call) -> list[Out | None]:
     """``_log_softmax_backward_data(grad, output, dim, input_dtype)``: ``g - exp(y)*sum(g)``."""
     g, y, dim, name = call.args[0], call.args[1], int(call.args[2]), call.out_dtypes[0]
