@@ -11,13 +11,15 @@ torch = pytest.importorskip("torch")
 
 from fpemu.validate.ops import (  # noqa: E402
     Call,
+    lookup,
     names,
 )
+from fpemu.validate.ops._erf import ERF64_ERR, erf64  # noqa: E402
 from fpemu.validate.ops._num import (  # noqa: E402
     to,
     ulp,
 )
-from fpemu.validate.ops.activations import ERF64_ERR, _erf64, gelu  # noqa: E402
+from fpemu.validate.ops.activations import gelu  # noqa: E402
 from fpemu.validate.watch.convert import to_numpy  # noqa: E402
 from fpemu.validate.watch.verdict import judge  # noqa: E402
 from tests.ops_nn_util import check, inputs, rerun  # noqa: E402
@@ -114,13 +116,53 @@ def test_bounds_are_tight(name: str) -> None:
         assert judge(one_ulp_off(t, int(single[len(single) // 2])), e).verdict == "differs"
 
 
+@pytest.mark.parametrize("name", ["bfloat16", "float16"])
+def test_large_16_bit_tensors_by_distinct_values(name: str) -> None:
+    """Above 8192 elements a 16-bit input is emulated once per distinct value (``by_bits``):
+    the Out equals the element-by-element one (chunks of 4096), and torch stays within it."""
+    x = (torch.randn(40000, dtype=torch.float64) * 3).to(getattr(torch, name))
+    xn = to_numpy(x)
+    for op, kw in ((aten.gelu.default, {}), (aten.gelu.default, {"approximate": "tanh"}),
+                   (aten.sigmoid.default, {}), (aten.silu.default, {}), (aten.tanh.default, {}),
+                   (aten.exp.default, {})):  # fmt: skip
+        emulation = lookup(str(op))
+        assert emulation is not None
+        whole = emulation(Call(str(op), (xn,), kw, (name,)))[0]
+        parts = [emulation(Call(str(op), (xn[i : i + 4096],), kw, (name,)))[0]
+                 for i in range(0, xn.size, 4096)]  # fmt: skip
+        assert whole is not None and all(p is not None for p in parts)
+        for field in ("value", "center", "err"):
+            a = np.broadcast_to(np.asarray(getattr(whole, field), np.float64), xn.shape)
+            b = np.concatenate([np.broadcast_to(np.asarray(getattr(p, field), np.float64),
+                                                (min(4096, xn.size - 4096 * k),))
+                                for k, p in enumerate(parts)])  # fmt: skip
+            assert np.array_equal(a, b, equal_nan=True), (str(op), field)
+        check(op, x, claim="bounded", **kw)
+    g = (torch.randn(40000, dtype=torch.float64)).to(getattr(torch, name))
+    gn = to_numpy(g)
+    for op, kw in ((aten.gelu_backward.default, {}),
+                   (aten.gelu_backward.default, {"approximate": "tanh"}),
+                   (aten.silu_backward.default, {})):  # fmt: skip
+        emulation = lookup(str(op))
+        assert emulation is not None
+        whole = emulation(Call(str(op), (gn, xn), kw, (name,)))[0]
+        parts = [emulation(Call(str(op), (gn[i : i + 4096], xn[i : i + 4096]), kw, (name,)))[0]
+                 for i in range(0, xn.size, 4096)]  # fmt: skip
+        assert whole is not None and all(p is not None for p in parts)
+        for field in ("value", "center", "err"):
+            a = np.asarray(getattr(whole, field), np.float64)
+            b = np.concatenate([np.asarray(getattr(p, field), np.float64).ravel() for p in parts])
+            assert np.array_equal(a.ravel(), b, equal_nan=True), (str(op), field)
+        check(op, g, x, claim="bounded", **kw)
+
+
 def test_erf64_against_math_erf() -> None:
     """The vectorised float64 erf used for the centers is within ERF64_ERR of math.erf."""
     z = np.concatenate([np.linspace(-12, 12, 240001), np.logspace(-300, 1, 2000),
                         -np.logspace(-300, 1, 2000), [0.0, -0.0, np.inf, -np.inf]])  # fmt: skip
     ref = np.array([math.erf(v) for v in z.tolist()])
-    assert np.max(np.abs(_erf64(z) - ref)) < ERF64_ERR
-    assert np.isnan(_erf64(np.array([np.nan]))[0])
+    assert np.max(np.abs(erf64(z) - ref)) < ERF64_ERR
+    assert np.isnan(erf64(np.array([np.nan]))[0])
 
 
 def test_float64_transcendental_not_emulated() -> None:

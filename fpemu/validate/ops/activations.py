@@ -33,12 +33,14 @@ the threshold as float32.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from fpemu.validate.ops import Call, Out, exact
-from fpemu.validate.ops._fp import candidates, fma32, hull_out, quiet
+from fpemu.validate.ops._erf import erf_iv as _erf_iv
+from fpemu.validate.ops._fp import by_bits, candidates, fma32, hull_out, quiet
 from fpemu.validate.ops._iv import IV, iv_out
 from fpemu.validate.ops._num import LOW, to
 
@@ -64,51 +66,9 @@ def _fm(a: Any, b: Any, c: Any, fused: bool) -> np.ndarray:
     return np.asarray(np.asarray(a, _F) * np.asarray(b, _F) + np.asarray(c, _F), _F)
 
 
-# W. J. Cody's rational approximations of erf / erfc (CALERF, Math. Comp. 23, 1969)
-_CA = (3.16112374387056560e00, 1.13864154151050156e02, 3.77485237685302021e02,
-       3.20937758913846947e03, 1.85777706184603153e-1)  # fmt: skip
-_CB = (2.36012909523441209e01, 2.44024637934444173e02, 1.28261652607737228e03,
-       2.84423683343917062e03)  # fmt: skip
-_CC = (5.64188496988670089e-1, 8.88314979438837594e00, 6.61191906371416295e01,
-       2.98635138197400131e02, 8.81952221241769090e02, 1.71204761263407058e03,
-       2.05107837782607147e03, 1.23033935479799725e03, 2.15311535474403846e-8)  # fmt: skip
-_CD = (1.57449261107098347e01, 1.17693950891312499e02, 5.37181101862009858e02,
-       1.62138957456669019e03, 3.29079923573345963e03, 4.36261909014324716e03,
-       3.43936767414372164e03, 1.23033935480374942e03)  # fmt: skip
-#: a bound on |_erf64 - erf|: measured 1.25e-12 at |z| = 4.0001 (the four-term tail series),
-#: below 1e-15 elsewhere; tests/test_ops_activations.py checks it against math.erf
-ERF64_ERR = 2e-12
-
-
-def _erf64(z: np.ndarray) -> np.ndarray:
-    """erf in float64, vectorised: Cody's rationals for |z| <= 4, the asymptotic series of
-    erfc beyond (four terms: relative error < 105/(16 z**8) of erfc(4) ~ 1.5e-8)."""
-    x = np.asarray(z, np.float64)
-    y = np.abs(x)
-    with np.errstate(all="ignore"):
-        z2 = y * y
-        num, den = _CA[4] * z2, z2
-        for i in range(3):
-            num, den = (num + _CA[i]) * z2, (den + _CB[i]) * z2
-        small = y * (num + _CA[3]) / (den + _CB[3])
-        num, den = _CC[8] * y, y
-        for i in range(7):
-            num, den = (num + _CC[i]) * y, (den + _CD[i]) * y
-        mid = 1.0 - np.exp(-z2) * (num + _CC[7]) / (den + _CD[7])
-        inv = 1.0 / z2
-        tail = (
-            np.exp(-z2) / (y * math.sqrt(math.pi)) * (1 - inv / 2 + 0.75 * inv**2 - 1.875 * inv**3)
-        )
-        r = np.where(y <= 0.46875, small, np.where(y <= 4.0, mid, 1.0 - tail))
-    return np.asarray(np.where(np.isnan(x), np.nan, np.copysign(r, x)))
-
-
 def _exp_cands(z: np.ndarray) -> list[np.ndarray]:
     with np.errstate(over="ignore", under="ignore"):
         return candidates(np.exp(np.asarray(z, np.float64)))
-
-
-_AS = (0.3275911, 0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
 
 
 def _ends(cands: list[np.ndarray]) -> list[np.ndarray]:
@@ -213,69 +173,50 @@ def _no64() -> list[Out | None]:
 def sigmoid(call: Call) -> list[Out | None]:
     """``1 / (1 + exp(-x))``: monotone in the exp value, nothing to contract."""
     name = call.out_dtypes[0]
-    x = _x(call.args[0], name)
-    c = _exp_cands(-x)
-    with np.errstate(all="ignore"):
+
+    def one(a: np.ndarray) -> Out:
+        x = _x(a, name)
+        c = _exp_cands(-x)
         ev = [_F(1) / (_F(1) + e) for e in _ends(c)]
-        mid = _F(1) / (_F(1) + c[len(c) // 2])
-    return [hull_out(mid, ev, name, _HULL)]
+        return hull_out(_F(1) / (_F(1) + c[len(c) // 2]), ev, name, _HULL)
+
+    return [by_bits(call.args[0], one)]
 
 
 @quiet("aten.tanh.default", "aten.tanh_.default")
 def tanh(call: Call) -> list[Out | None]:
     """Sleef ``tanhf_u10`` / MKL / libm: within ``K_LIBM`` ulps."""
     name = call.out_dtypes[0]
-    x = _x(call.args[0], name)
-    c = candidates(np.tanh(x.astype(np.float64)))
-    return [hull_out(c[len(c) // 2], c, name, _HULL)]
+
+    def one(a: np.ndarray) -> Out:
+        c = candidates(np.tanh(_x(a, name).astype(np.float64)))
+        return hull_out(c[len(c) // 2], c, name, _HULL)
+
+    return [by_bits(call.args[0], one)]
 
 
 @quiet("aten.silu.default", "aten.silu_.default")
 def silu(call: Call) -> list[Out | None]:
     """``x / (1 + exp(-x))``: monotone in the exp value, nothing to contract."""
     name = call.out_dtypes[0]
-    x = _x(call.args[0], name)
-    c = _exp_cands(-x)
-    with np.errstate(all="ignore"):
+
+    def one(a: np.ndarray) -> Out:
+        x = _x(a, name)
+        c = _exp_cands(-x)
         ev = [x / (_F(1) + e) for e in _ends(c)]
-        mid = x / (_F(1) + c[len(c) // 2])
-    return [hull_out(mid, ev, name, _HULL)]
+        return hull_out(x / (_F(1) + c[len(c) // 2]), ev, name, _HULL)
 
-
-def _erf_iv(z: np.ndarray) -> IV:
-    """The erf value the kernel uses for float32 ``z``, as an interval around ``erf(z)``.
-
-    torch 2.13 computes float32/bfloat16 ``gelu`` with ``approximate='none'`` through oneDNN's
-    ``eltwise_gelu_erf`` (``use_mkldnn``), elsewhere through ``Vectorized<float>::erf`` or
-    ``std::erf``: measured, neither alone matches every element. Both vector forms are
-    Abramowitz-Stegun 7.1.26, ``1 - t*r(t)*exp(-z*z)``, ``t = 1/(1 + p|z|)``, documented within
-    1.5e-7 of erf; its float32 coefficients move it by at most ``sum|a_k| * 2**-24``; its float32
-    evaluation error is the running bound of that formula (any FMA); libm's erff is within
-    K_LIBM ulps (below the rest)."""
-    a = IV.of(np.abs(z))
-    p, p1, p2, p3, p4, p5 = (IV.const(c) for c in _AS)
-    one = IV.const(1.0)
-    t = one / (p * a + one)
-    r = (((p5 * t + p4) * t + p3) * t + p2) * t + p1
-    zz = np.asarray(z, np.float64)
-
-    def slope(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-        with np.errstate(over="ignore"):
-            return np.asarray(np.exp(hi))
-
-    e = (a * a).func(lambda v: np.exp(-v), lambda lo, hi: slope(-hi, -lo))
-    ev = t * r * e
-    coef = sum(abs(c) for c in _AS[1:]) * 2.0**-24
-    return IV(_erf64(zz), ev.e + 1.5e-7 + coef + ERF64_ERR)
+    return [by_bits(call.args[0], one)]
 
 
 def _gelu_erf(x: np.ndarray) -> tuple[np.ndarray, IV]:
     """``x*0.5*(1 + erf(x/sqrt2))`` with the erf interval of :func:`_erf_iv`."""
     z = (x * _F(math.sqrt(0.5))).astype(_F)
     X = IV.of(x)
-    res = X * IV.const(0.5) * (IV.const(1.0) + _erf_iv(z))
+    erf = _erf_iv(z)
+    res = X * IV.const(0.5) * (IV.const(1.0) + erf)
     with np.errstate(all="ignore"):
-        val = x * _F(0.5) * (_F(1) + _erf64(z).astype(_F))
+        val = x * _F(0.5) * (_F(1) + erf.v.astype(_F))
     # torch 2.13 CPU, measured: gelu(+-inf) is NaN for float32 and the 16-bit formats
     # and x*(1 + erf) may overflow before the halving: |x| >= 2**127 is not judged
     inf = np.isinf(x)
@@ -305,13 +246,17 @@ def _gelu_tanh(x: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
 def gelu(call: Call) -> list[Out | None]:
     """``x*0.5*(1 + erf(x/sqrt2))`` or ``0.5*x*(1 + tanh(beta*(x + kappa*x^3)))`` (Gelu.h)."""
     name = call.out_dtypes[0]
-    x = _x(call.args[0], name)
     approx = call.kwargs.get("approximate", call.args[1] if len(call.args) > 1 else "none")
-    if approx == "tanh":
-        mid, ev = _gelu_tanh(x)
-        return [hull_out(mid, ev, name, _HULL)]
-    val, res = _gelu_erf(x)
-    return [iv_out(val, res, name, _ERF, ftz=True)]
+
+    def one(a: np.ndarray) -> Out:
+        x = _x(a, name)
+        if approx == "tanh":
+            mid, ev = _gelu_tanh(x)
+            return hull_out(mid, ev, name, _HULL)
+        val, res = _gelu_erf(x)
+        return iv_out(val, res, name, _ERF, ftz=True)
+
+    return [by_bits(call.args[0], one)]
 
 
 @quiet("aten.gelu_backward.default")
@@ -320,13 +265,37 @@ def gelu_backward(call: Call) -> list[Out | None]:
     the running bound with the erf interval of :func:`_erf_iv`. tanh: the running bound of the
     Gelu.h formula (non-monotone in tanh, four contraction sites)."""
     name = call.out_dtypes[0]
-    dy, x = _x(call.args[0], name), _x(call.args[1], name)
+    dy = _x(call.args[0], name)
     approx = call.kwargs.get("approximate", call.args[2] if len(call.args) > 2 else "none")
+    xval, xiv = _xpart(call.args[1], name, _gelu_bw_tanh if approx == "tanh" else _gelu_bw_erf)
+    with np.errstate(all="ignore"):
+        val = dy * xval
     if approx == "tanh":
-        return [_gelu_backward_tanh(dy, x, name)]
+        return [iv_out(val, IV.of(dy) * xiv, name, _IVR)]
+    return [iv_out(val, IV.of(dy) * xiv, name, _ERF, ftz=True)]
+
+
+def _xpart(
+    a: np.ndarray, name: str, fn: Callable[[np.ndarray], tuple[np.ndarray, IV]]
+) -> tuple[np.ndarray, IV]:
+    """The factor of a backward that depends on ``x`` only: its float32 value and interval,
+    evaluated once per distinct 16-bit value (``by_bits``)."""
+
+    def one(v: np.ndarray) -> Out:
+        val, iv = fn(_x(v, name))
+        return Out(val, False, iv.v, iv.e)
+
+    out = by_bits(a, one)
+    assert out.center is not None and out.err is not None
+    return np.asarray(out.value), IV(out.center, np.broadcast_to(out.err, np.shape(out.center)))
+
+
+def _gelu_bw_erf(x: np.ndarray) -> tuple[np.ndarray, IV]:
+    """``cdf + x*pdf`` of the erf form."""
     z = (x * _F(math.sqrt(0.5))).astype(_F)
-    X, DY = IV.of(x), IV.of(dy)
-    cdf = IV.const(0.5) * (IV.const(1.0) + _erf_iv(z))
+    X = IV.of(x)
+    erf = _erf_iv(z)
+    cdf = IV.const(0.5) * (IV.const(1.0) + erf)
     xsq = X * X * IV.const(-0.5)
 
     def slope(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
@@ -334,16 +303,17 @@ def gelu_backward(call: Call) -> list[Out | None]:
             return np.asarray(np.exp(hi))
 
     kb = IV.const(2 / math.sqrt(math.pi) * math.sqrt(0.5) * 0.5)
-    res = DY * (cdf + X * (kb * xsq.func(np.exp, slope)))
+    res = cdf + X * (kb * xsq.func(np.exp, slope))
     with np.errstate(all="ignore"):
-        cd = _F(0.5) * (_F(1) + _erf64(z).astype(_F))
+        cd = _F(0.5) * (_F(1) + erf.v.astype(_F))
         pdf = _F(kb.v) * np.exp(((x * x) * _F(-0.5)).astype(np.float64)).astype(_F)
-        val = dy * (cd + x * pdf)
-    return [iv_out(val, res, name, _ERF, ftz=True)]
+        val = cd + x * pdf
+    return val, res
 
 
-def _gelu_backward_tanh(dy: np.ndarray, x: np.ndarray, name: str) -> Out:
-    X, DY = IV.of(x), IV.of(dy)
+def _gelu_bw_tanh(x: np.ndarray) -> tuple[np.ndarray, IV]:
+    """``0.5*(1 + t) + (0.5*x)*(1 - t*t)*(beta*(1 + 3*kappa*x*x))`` of the tanh form."""
+    X = IV.of(x)
     xsq = X * X
     inner = IV.const(_BETA) * (X + IV.const(_KAPPA) * (xsq * X))
 
@@ -353,26 +323,34 @@ def _gelu_backward_tanh(dy: np.ndarray, x: np.ndarray, name: str) -> Out:
 
     t = inner.func(np.tanh, slope)
     left = IV.const(0.5) * X
-    right = IV.const(1.0) + t
-    ld = IV.const(0.5) * right
+    ld = IV.const(0.5) * (IV.const(1.0) + t)
     td = IV.const(1.0) - t * t
-    idv = IV.const(_BETA) * (
-        IV.const(1.0) + IV.const(float(np.float32(3) * np.float32(_KAPPA))) * xsq
-    )
-    res = DY * (ld + left * td * idv)
+    k3 = IV.const(float(np.float32(3) * np.float32(_KAPPA)))
+    idv = IV.const(_BETA) * (IV.const(1.0) + k3 * xsq)
+    res = ld + left * td * idv
     with np.errstate(all="ignore"):
         xs, b, k = x * x, _F(_BETA), _F(_KAPPA)
         th = np.tanh((b * (x + k * (xs * x))).astype(np.float64)).astype(_F)
-        val = dy * (_F(0.5) * (_F(1) + th) + (_F(0.5) * x) * (_F(1) - th * th)
-                    * (b * (_F(1) + (_F(3) * k) * xs)))  # fmt: skip
-    return iv_out(val, res, name, _IVR)
+        val = _F(0.5) * (_F(1) + th) + (_F(0.5) * x) * (_F(1) - th * th) * (
+            b * (_F(1) + (_F(3) * k) * xs)
+        )
+    return val, res
 
 
 @quiet("aten.silu_backward.default")
 def silu_backward(call: Call) -> list[Out | None]:
     """``s = 1/(1 + exp(-x)); dy * s * (1 + x*(1 - s))``: the running bound (not monotone in s)."""
     name = call.out_dtypes[0]
-    dy, x = _x(call.args[0], name), _x(call.args[1], name)
+    dy = _x(call.args[0], name)
+    sval, siv = _xpart(call.args[1], name, _silu_s)
+    qval, qiv = _xpart(call.args[1], name, _silu_q)
+    with np.errstate(all="ignore"):
+        val = (dy * sval) * qval
+    return [iv_out(val, IV.of(dy) * siv * qiv, name, _IVR)]
+
+
+def _silu_s(x: np.ndarray) -> tuple[np.ndarray, IV]:
+    """``s = 1 / (1 + exp(-x))``."""
 
     def slope(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
         with np.errstate(over="ignore"):
@@ -380,8 +358,15 @@ def silu_backward(call: Call) -> list[Out | None]:
 
     one = IV.const(1.0)
     s = one / (one + IV(-x.astype(np.float64), 0.0).func(np.exp, slope))
-    res = IV.of(dy) * s * (one + IV.of(x) * (one - s))
     with np.errstate(all="ignore"):
         sv = _F(1) / (_F(1) + np.exp(-x.astype(np.float64)).astype(_F))
-        val = dy * sv * (_F(1) + x * (_F(1) - sv))
-    return [iv_out(val, res, name, _IVR)]
+    return sv, s
+
+
+def _silu_q(x: np.ndarray) -> tuple[np.ndarray, IV]:
+    """``1 + x*(1 - s)``."""
+    sv, s = _silu_s(x)
+    one = IV.const(1.0)
+    with np.errstate(all="ignore"):
+        qv = _F(1) + x * (_F(1) - sv)
+    return qv, one + IV.of(x) * (one - s)

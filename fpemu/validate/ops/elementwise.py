@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from fpemu.validate.ops import Call, Out, bounded, exact
-from fpemu.validate.ops._fp import K_LIBM, candidates, fma, hull_out, quiet, scalar
+from fpemu.validate.ops._fp import K_LIBM, by_bits, candidates, fma, hull_out, quiet, scalar
 from fpemu.validate.ops._num import LOW, dtype, fmt, is_float, to, ulp
 
 __all__ = ["add", "binary", "compare", "div", "mul", "unary_libm"]
@@ -241,17 +241,20 @@ def unary_libm(call: Call, *f64: Callable[[np.ndarray], np.ndarray]) -> list[Out
     ``K_LIBM`` ulps of the float64 value (of any of ``f64``, where the vector and scalar paths
     compute different functions), rounded once to the output dtype."""
     name = call.out_dtypes[0]
-    x = call.args[0].astype(_cdt(name))
-    cands: list[np.ndarray] = []
-    with np.errstate(all="ignore"):
+
+    def one(a: np.ndarray) -> Out:
+        x = a.astype(_cdt(name))
+        cands: list[np.ndarray] = []
         for f in f64:
             ref = f(x.astype(np.float64))
             if x.dtype == np.float64:
                 cands += candidates(ref, K_LIBM + 1, np.float64)
             else:
                 cands += candidates(ref)
-    mid = cands[len(cands) // len(f64) // 2]
-    return [hull_out(mid, cands, name, _LIBM)]
+        mid = cands[len(cands) // len(f64) // 2]
+        return hull_out(mid, cands, name, _LIBM)
+
+    return [by_bits(call.args[0], one)]
 
 
 quiet("aten.exp.default", "aten.exp_.default")(lambda c: unary_libm(c, np.exp))
