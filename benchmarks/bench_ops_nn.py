@@ -5,6 +5,7 @@ Baseline: torch running the same ATen op on the same tensors, measured in the sa
 one op and dtype each; the ratio is the emulation's median time (from NumPy inputs, judging not
 included) over torch's median time. The watcher's budget is a whole step at <= 5x torch's time,
 where the GEMMs dominate torch's time; the per-op ratios show which emulations dominate ours.
+torch runs on one thread here (a stable baseline on a shared machine).
 
     python benchmarks/bench_ops_nn.py [--repeats N]
 """
@@ -52,6 +53,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=5)
     repeats = ap.parse_args().repeats
+    torch.set_num_threads(1)  # a stable baseline on a shared machine
     cap = str(torch.backends.cpu.get_cpu_capability()).lower()
     print(f"{'op':<18} {'dtype':<9} {'torch ms':>9} {'fpemu ms':>9} {'ratio':>7}")
     for dt in (torch.float32, torch.bfloat16):
