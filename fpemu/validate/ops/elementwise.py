@@ -244,15 +244,19 @@ def unary_libm(call: Call, *f64: Callable[[np.ndarray], np.ndarray]) -> list[Out
 
     def one(a: np.ndarray) -> Out:
         x = a.astype(_cdt(name))
-        cands: list[np.ndarray] = []
+        ends: list[np.ndarray] = []  # the lowest and highest candidate of each function
+        mid = None
         for f in f64:
             ref = f(x.astype(np.float64))
-            if x.dtype == np.float64:
-                cands += candidates(ref, K_LIBM + 1, np.float64)
-            else:
-                cands += candidates(ref)
-        mid = cands[len(cands) // len(f64) // 2]
-        return hull_out(mid, cands, name, _LIBM)
+            c = (
+                candidates(ref, K_LIBM + 1, np.float64)
+                if x.dtype == np.float64
+                else candidates(ref)
+            )
+            ends += [c[0], c[-1]]
+            mid = c[len(c) // 2] if mid is None else mid
+        assert mid is not None
+        return hull_out(mid, ends, name, _LIBM)
 
     return [by_bits(call.args[0], one)]
 
