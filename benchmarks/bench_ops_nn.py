@@ -49,6 +49,13 @@ def cases(dt: Any) -> list[tuple[str, Any, tuple[Any, ...]]]:
     ]
 
 
+def _np(a: Any) -> Any:
+    """A tensor as NumPy, a dtype as its name, anything else as it is."""
+    if isinstance(a, torch.Tensor):
+        return to_numpy(a)
+    return dtype_name(a) if isinstance(a, torch.dtype) else a
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=5)
@@ -60,8 +67,7 @@ def main() -> None:
         for label, op, args in cases(dt):
             out = op(*args)
             outs = list(out) if isinstance(out, tuple) else [out]
-            np_args = tuple(to_numpy(a) if isinstance(a, torch.Tensor) else
-                            (dtype_name(a) if isinstance(a, torch.dtype) else a) for a in args)  # fmt: skip
+            np_args = tuple(_np(a) for a in args)
             call = Call(str(op), np_args, {}, tuple(dtype_name(t.dtype) for t in outs),
                         capability=cap)  # fmt: skip
             emulation = lookup(str(op))
