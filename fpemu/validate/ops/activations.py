@@ -72,9 +72,8 @@ def _exp_cands(z: np.ndarray) -> list[np.ndarray]:
 
 
 def _ends(cands: list[np.ndarray]) -> list[np.ndarray]:
-    with np.errstate(invalid="ignore"):
-        st = np.stack(cands)
-        return [np.fmin.reduce(st, axis=0), np.fmax.reduce(st, axis=0)]
+    """The lowest and highest of ``candidates`` (ordered low to high; NaN stays NaN)."""
+    return [cands[0], cands[-1]]
 
 
 # -- selections (exact) -----------------------------------------------------------------------
