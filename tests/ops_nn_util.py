@@ -23,18 +23,19 @@ RERUN = "FPEMU_OPS_NN_RERUN"
 def specials(name: str) -> np.ndarray:
     """Adversarial float64 values exactly representable in ``name``: zeros, infinities, NaN,
     the extreme normals and subnormals, values around 1 and ties of the 16-bit formats."""
-    import torch
+    import torch  # noqa: PLC0415
 
     fi = torch.finfo(getattr(torch, name))
+    big = 65504.0 if name != "float16" else 0.25
     v = [0.0, -0.0, np.inf, -np.inf, np.nan, fi.max, -fi.max, fi.tiny, -fi.tiny,
          fi.smallest_normal / 4, -fi.smallest_normal / 8, 1.0, -1.0, 0.5, 2.0, 3.0,
-         1 + fi.eps, 1 - fi.eps / 2, 1e-3, -7.25, 100.0, 65504.0 if name != "float16" else 0.25]  # fmt: skip
+         1 + fi.eps, 1 - fi.eps / 2, 1e-3, -7.25, 100.0, big]  # fmt: skip
     return np.asarray(v, np.float64)
 
 
 def inputs(name: str, n: int, *, seed: int, scale: float = 3.0, special: bool = True) -> Any:
     """A torch tensor of dtype ``name``: ``n`` random values of mixed magnitude, then specials."""
-    import torch
+    import torch  # noqa: PLC0415
 
     rng = np.random.default_rng(seed)
     v = rng.standard_normal(n) * scale * np.exp2(rng.integers(-6, 4, n))
@@ -67,14 +68,19 @@ def check(func: Any, *args: Any, claim: str = "exact", **kwargs: Any) -> list[st
     return verdicts
 
 
-def rerun(path: str, capability: str, k: str = "not capabilities") -> None:
-    """Run the test file ``path`` in a subprocess under ``ATEN_CPU_CAPABILITY=capability``."""
+def rerun(path: str, capabilities: tuple[str, ...] = ("default", "avx2")) -> None:
+    """Run the test file ``path`` (all but its capability test) in subprocesses under each
+    ``ATEN_CPU_CAPABILITY`` (torch reads it at import), concurrently, and assert they pass."""
     if os.environ.get(RERUN):
         return
     root = Path(__file__).resolve().parents[1]
-    env = dict(os.environ, ATEN_CPU_CAPABILITY=capability, PYTHONPATH=str(root), **{RERUN: "1"})
-    r = subprocess.run(
-        [sys.executable, "-m", "pytest", path, "-q", "-x", "-k", k, "-p", "no:randomly"],
-        cwd=root, env=env, capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    procs = []
+    for cap in capabilities:
+        env = dict(os.environ, ATEN_CPU_CAPABILITY=cap, PYTHONPATH=str(root), **{RERUN: "1"})
+        cmd = [sys.executable, "-m", "pytest", path, "-q", "-x", "-k", "not capabilities",
+               "-p", "no:randomly"]  # fmt: skip
+        procs.append((cap, subprocess.Popen(cmd, cwd=root, env=env, stdout=subprocess.PIPE,
+                                            stderr=subprocess.STDOUT, text=True)))  # fmt: skip
+    for cap, p in procs:
+        out, _ = p.communicate(timeout=300)
+        assert p.returncode == 0, f"ATEN_CPU_CAPABILITY={cap}\n{out[-4000:]}"

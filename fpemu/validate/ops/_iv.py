@@ -1,0 +1,106 @@
+"""A running error bound for a kernel's float32 formula: value (float64) and a bound on how far
+the kernel's float32 evaluation may be from it, whatever the compiler fused.
+
+Why: GCC builds torch's AVX2/AVX512 kernels with ``-mfma`` and contracts ``a*b + c`` into one
+FMA where it chooses (scalar tails and the ``Vectorized`` operators alike), and the libm/Sleef
+transcendentals are within a documented number of ulps only. Each :class:`IV` operation adds the
+worst case of its own rounding, ``u*|result| + eta`` (``u = 2**-24``, ``eta = 2**-150`` for the
+float32 underflow), to the propagated bounds of its operands; a fused pair only removes a
+rounding, so the bound covers every contraction pattern. Transcendentals add ``K_LIBM`` ulps of
+their float32 result plus their largest slope over the operand's interval times its bound.
+
+>>> import numpy as np
+>>> x = IV.of(np.float32([3.0]))
+>>> y = x * x + IV.const(1.0)
+>>> float(y.v[0]), bool(y.e[0] < 2e-6)
+(10.0, True)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from fpemu.validate.ops import Out, bounded
+from fpemu.validate.ops._fp import K_LIBM
+from fpemu.validate.ops._num import to
+
+__all__ = ["IV", "iv_out"]
+
+U = 2.0**-24
+ETA = 2.0**-150
+
+
+def _round(v: np.ndarray, e: np.ndarray) -> IV:
+    """The bound after the kernel rounds a value within ``e`` of ``v`` to float32."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        return IV(v, e + U * (np.abs(v) + e) + ETA)
+
+
+class IV:
+    """``v`` (float64) and ``e`` (float64 >= 0): the float32 evaluation is within ``e`` of ``v``."""
+
+    def __init__(self, v: Any, e: Any) -> None:
+        self.v = np.asarray(v, np.float64)
+        self.e = np.asarray(e, np.float64)
+
+    @staticmethod
+    def of(x: np.ndarray) -> IV:
+        """An exactly known operand (a tensor's element)."""
+        return IV(np.asarray(x, np.float64), np.zeros(np.shape(x)))
+
+    @staticmethod
+    def const(c: float) -> IV:
+        """A float32 constant of the kernel (``opmath_t(c)``), exact after its one rounding."""
+        return IV(np.float64(np.float32(c)), 0.0)
+
+    def __add__(self, o: IV) -> IV:
+        return _round(self.v + o.v, self.e + o.e)
+
+    def __sub__(self, o: IV) -> IV:
+        return _round(self.v - o.v, self.e + o.e)
+
+    def __mul__(self, o: IV) -> IV:
+        with np.errstate(invalid="ignore", over="ignore"):
+            e = np.abs(self.v) * o.e + np.abs(o.v) * self.e + self.e * o.e
+        return _round(self.v * o.v, e)
+
+    def __truediv__(self, o: IV) -> IV:
+        with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+            v = self.v / o.v
+            den = np.abs(o.v) - o.e
+            e = np.where(den > 0, (self.e + np.abs(v) * o.e) / den, np.inf)
+        return _round(v, e)
+
+    def func(self, f: Any, slope: Any) -> IV:
+        """A libm/Sleef transcendental ``f`` (float64, accurate) with ``slope(lo, hi)`` a bound
+        on ``|f'|`` over ``[lo, hi]``: within ``K_LIBM`` ulps of float32 of the exact value."""
+        with np.errstate(invalid="ignore", over="ignore"):
+            v = f(self.v)
+            prop = np.where(self.e > 0, slope(self.v - self.e, self.v + self.e) * self.e, 0.0)
+            mag = np.abs(v) + prop
+            ulp = np.ldexp(1.0, np.frexp(np.maximum(mag, 2.0**-126))[1] - 24)
+        return IV(v, prop + K_LIBM * ulp + ETA)
+
+
+def iv_out(value: np.ndarray, iv: IV, name: str, reason: str, *, ftz: bool = False) -> Out:
+    """An :class:`Out`: ``value`` (the kernel's formula in float32, rounded to ``name``) and the
+    interval ``iv`` of the float32 result, given by its ends rounded to ``name`` (RNE is monotone,
+    so torch's result lies between them; ``judge`` leaves representable ends unchanged).
+    ``ftz``: the kernel flushes subnormal float32 results to zero (oneDNN): 0 is admitted where
+    the interval reaches below the float32 normals."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        slack = iv.e * (1 + 2.0**-40) + np.abs(iv.v) * 2.0**-50  # float64 evaluation of v, e
+        lo = to(iv.v - slack, name).astype(np.float64)
+        hi = to(iv.v + slack, name).astype(np.float64)
+        if ftz:
+            sub = (np.minimum(np.abs(lo), np.abs(hi)) < 2.0**-126) | (np.sign(lo) != np.sign(hi))
+            lo, hi = np.where(sub, np.minimum(lo, 0.0), lo), np.where(sub, np.maximum(hi, 0.0), hi)
+        fin = np.isfinite(lo) & np.isfinite(hi)
+        center = np.where(lo == hi, lo, np.where(fin, lo / 2 + hi / 2, 0.0))
+        # an interval reaching an infinity (a divisor's bound straddling 0): not judged
+        err = np.where(lo == hi, 0.0, np.where(fin, hi / 2 - lo / 2, np.inf))
+        center = np.where(np.isnan(iv.v), np.nan, center)
+        err = np.where(np.isnan(iv.v), 0.0, err)
+    return bounded(to(value, name), err, reason, center=center)

@@ -1,0 +1,125 @@
+"""Reductions as torch 2.13's CPU kernels compute them: ``sum`` and ``mean`` (bounded: the
+vectorised multi-level cascade's order is not pinned here), ``amax``/``amin``/``max``/``min``
+(exact: a maximum does not depend on the order), integer and bool sums (exact).
+
+Float sums accumulate in float32 opmath for float32, bfloat16 and float16 inputs (float64 for
+float64) and round once to the output dtype: the kernel's value lies within the recursive
+summation bound ``gamma_{K-1} * sum|x_i|`` (``gamma_n = n u / (1 - n u)``, ``u = 2**-24``) of
+the exact sum, for any order or tree of K terms. ``mean`` is that sum divided by K (or times
+``1/K``): two more roundings at most. The interval's ends are rounded to the output format
+(``_iv.iv_out``), so where the bound is below half an ulp a result one ulp off is caught.
+
+>>> import numpy as np
+>>> from fpemu.validate.ops import Call
+>>> out = sum_(Call("aten.sum.dim_IntList", (np.float32([[1, 2], [3, 4]]), [1]), {},
+...                 ("float32",)))[0]
+>>> out.value.tolist(), out.exact
+([3.0, 7.0], False)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from fpemu.validate.ops import Call, Out, exact
+from fpemu.validate.ops._fp import quiet
+from fpemu.validate.ops._iv import IV, iv_out
+from fpemu.validate.ops._num import dtype, is_float
+
+__all__ = ["amax", "maxmin_dim", "mean", "sum_"]
+
+_WHY = "float32 sum in an order not pinned: gamma_{K-1} * sum|x|"
+
+
+def _axes(x: np.ndarray, dim: Any) -> tuple[int, ...]:
+    """The reduced axes: all for None or an empty list (torch's convention), else ``dim``."""
+    if dim is None or (isinstance(dim, (list, tuple)) and len(dim) == 0):
+        return tuple(range(x.ndim))
+    dims = [dim] if isinstance(dim, int) else list(dim)
+    return tuple(sorted(d % x.ndim if x.ndim else 0 for d in dims))
+
+
+def _sum_iv(x: np.ndarray, axes: tuple[int, ...], keep: bool, u: float) -> tuple[IV, int]:
+    """The exact sum (float64) and its bound; K the number of terms per output."""
+    v = np.asarray(x, np.float64)
+    k = int(np.prod([x.shape[a] for a in axes])) if x.ndim else 1
+    total = np.sum(v, axis=axes, keepdims=keep) if x.ndim else v
+    absum = np.sum(np.abs(v), axis=axes, keepdims=keep) if x.ndim else np.abs(v)
+    g = (k - 1) * u / (1 - (k - 1) * u) if k > 1 else 0.0
+    # NumPy's float64 pairwise sum of the center: within k * 2**-53 * sum|x|
+    return IV(total, g * absum + k * 2.0**-52 * absum), k
+
+
+def _name_dt(call: Call, x: np.ndarray) -> tuple[str, float]:
+    name = call.out_dtypes[0]
+    u = 2.0**-53 if name == "float64" or x.dtype == np.float64 else 2.0**-24
+    return name, u
+
+
+@quiet("aten.sum.default", "aten.sum.dim_IntList")
+def sum_(call: Call) -> list[Out | None]:
+    """``sum(self, dim=None, keepdim=False, *, dtype=None)``."""
+    x = call.args[0]
+    dim = call.arg(1, "dim") if call.op.endswith("dim_IntList") else None
+    keep = bool(call.arg(2, "keepdim", False)) if call.op.endswith("dim_IntList") else False
+    name, u = _name_dt(call, x)
+    axes = _axes(x, dim)
+    if not is_float(name):  # integer/bool sums: exact in int64
+        r = np.sum(x.astype(dtype(name)), axis=axes, keepdims=keep) if x.ndim else x
+        return [exact(np.asarray(r).astype(dtype(name)))]
+    iv, _ = _sum_iv(x, axes, keep, u)
+    return [iv_out(iv.v, iv, name, _WHY)]
+
+
+@quiet("aten.mean.default", "aten.mean.dim")
+def mean(call: Call) -> list[Out | None]:
+    """``mean(self, dim=None, keepdim=False, *, dtype=None)``: the sum over K, two roundings."""
+    x = call.args[0]
+    dim = call.arg(1, "dim") if call.op.endswith(".dim") else None
+    keep = bool(call.arg(2, "keepdim", False)) if call.op.endswith(".dim") else False
+    name, u = _name_dt(call, x)
+    iv, k = _sum_iv(x, _axes(x, dim), keep, u)
+    m = iv.v / k
+    e = iv.e / k
+    e = e + 2 * u * (np.abs(m) + e)  # sum/K or sum*(1/K): the division's (or 1/K's) roundings
+    return [iv_out(m, IV(m, e), name, _WHY + "; /K")]
+
+
+def _reduce(x: np.ndarray, axes: tuple[int, ...], keep: bool, f: Any) -> np.ndarray:
+    if x.ndim == 0:
+        return x
+    return np.asarray(f(x, axis=axes, keepdims=keep))
+
+
+@quiet("aten.amax.default", "aten.amin.default", "aten.max.default", "aten.min.default")
+def amax(call: Call) -> list[Out | None]:
+    """The largest (smallest) element, NaN if any is NaN: exact."""
+    x = call.args[0]
+    big = ".amax." in call.op or ".max." in call.op
+    f = np.max if big else np.min
+    if call.op.startswith(("aten.amax", "aten.amin")):
+        axes, keep = _axes(x, call.arg(1, "dim", [])), bool(call.arg(2, "keepdim", False))
+    else:
+        axes, keep = tuple(range(x.ndim)), False
+    return [exact(_reduce(x, axes, keep, f).astype(x.dtype))]
+
+
+@quiet("aten.max.dim", "aten.min.dim")
+def maxmin_dim(call: Call) -> list[Out | None]:
+    """``(values, indices)`` along ``dim``: the first index of the extreme (of the first NaN)."""
+    x, d = call.args[0], int(call.args[1])
+    keep = bool(call.arg(2, "keepdim", False))
+    big = call.op == "aten.max.dim"
+    if x.ndim == 0:
+        return [exact(x), exact(np.asarray(0, np.int64))]
+    arg = np.argmax if big else np.argmin
+    idx = arg(x, axis=d, keepdims=keep)
+    nan = np.isnan(x.astype(np.float64))
+    if nan.any():  # NaN is the extreme: the first NaN's index
+        first = np.argmax(nan, axis=d, keepdims=keep)
+        idx = np.where(nan.any(axis=d, keepdims=keep), first, idx)
+    vals = np.take_along_axis(x, np.expand_dims(idx, d) if not keep else idx, axis=d)
+    vals = vals if keep else np.squeeze(vals, axis=d)
+    return [exact(np.asarray(vals).astype(x.dtype)), exact(np.asarray(idx, np.int64))]

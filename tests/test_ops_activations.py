@@ -1,0 +1,187 @@
+"""fpemu.validate.ops.activations against torch 2.13's CPU kernels."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from fpemu.validate.ops import (  # noqa: E402
+    Call,
+    lookup,
+    names,
+)
+from fpemu.validate.ops._erf import ERF64_ERR, erf64  # noqa: E402
+from fpemu.validate.ops._num import (  # noqa: E402
+    to,
+    ulp,
+)
+from fpemu.validate.ops.activations import gelu  # noqa: E402
+from fpemu.validate.watch.convert import to_numpy  # noqa: E402
+from fpemu.validate.watch.verdict import judge  # noqa: E402
+from tests.ops_nn_util import check, inputs, rerun  # noqa: E402
+from tests.watch_ops_util import (  # noqa: E402
+    capability,
+    emulate,
+    one_ulp_off,
+)
+
+aten = torch.ops.aten
+LOWF = ("float32", "bfloat16", "float16")
+N = 2000
+
+
+def xs(name: str, seed: int) -> object:
+    """Random values plus a dense sweep of the tails where the float32 formulas cancel."""
+    sweep = torch.linspace(-12, 12, 1537, dtype=torch.float64).to(getattr(torch, name))
+    return torch.cat([inputs(name, N, seed=seed), sweep])
+
+
+@pytest.mark.parametrize("name", (*LOWF, "float64"))
+def test_selections_exact(name: str) -> None:
+    x, g = xs(name, 1), xs(name, 2)
+    check(aten.relu.default, x)
+    check(aten.relu_.default, x.clone())
+    check(aten.threshold_backward.default, g, x, 0)
+    check(aten.threshold_backward.default, g, x, 0.1)
+    for slope in (0.01, 0.2, 1 / 3):
+        check(aten.leaky_relu.default, x, slope)
+        check(aten.leaky_relu_backward.default, g, x, slope, False)
+    check(aten.hardtanh.default, x, -1.0, 1.0)
+    check(aten.hardtanh.default, x, 0.0, 6.0)
+    check(aten.hardtanh_backward.default, g, x, -1.0, 1.0)
+
+
+@pytest.mark.parametrize("name", LOWF)
+def test_sigmoid_tanh_backward(name: str) -> None:
+    g = xs(name, 3)
+    y = torch.sigmoid(xs(name, 4))
+    check(aten.sigmoid_backward.default, g, y)
+    fused = name == "float32" and capability() != "default"
+    check(aten.tanh_backward.default, g, torch.tanh(xs(name, 5)),
+          claim="bounded" if fused else "exact")  # fmt: skip
+
+
+def test_float16_sigmoid_backward_rounds_per_op() -> None:
+    """E1: one rounding would differ from torch on many elements; per-op rounding on none."""
+
+    g = torch.randn(20000, dtype=torch.float16)
+    y = torch.rand(20000, dtype=torch.float16)
+    t = aten.sigmoid_backward.default(g, y).numpy()
+    gf, yf = g.float().numpy(), y.float().numpy()
+    once = to((gf * (1 - yf)) * yf, "float16")
+    assert np.count_nonzero(once != t) > 100
+    check(aten.sigmoid_backward.default, g, y)
+
+
+@pytest.mark.parametrize("name", LOWF)
+def test_transcendentals_bounded(name: str) -> None:
+    x, g = xs(name, 6), xs(name, 7)
+    out = []
+    for op in (aten.sigmoid.default, aten.tanh.default, aten.silu.default):
+        out += check(op, x, claim="bounded")
+    out += check(aten.gelu.default, x, claim="bounded")
+    out += check(aten.gelu.default, x, approximate="tanh", claim="bounded")
+    out += check(aten.gelu_backward.default, g, x, claim="bounded")
+    out += check(aten.gelu_backward.default, g, x, approximate="tanh", claim="bounded")
+    out += check(aten.silu_backward.default, g, x, claim="bounded")
+    assert "identical" in out or "bounded" in out
+
+
+@pytest.mark.parametrize("name", LOWF)
+def test_bounds_are_tight(name: str) -> None:
+    """16-bit formats: most elements admit one value only, and a result one ulp off there is
+    'differs'; float32: the bound's median width stays within a few dozen ulps."""
+
+    x = torch.linspace(0.5, 3, 1000, dtype=torch.float64).to(getattr(torch, name))
+    g = torch.linspace(-2, 2, 1000, dtype=torch.float64).to(getattr(torch, name))
+    cases = [(aten.gelu.default, (x,), {}), (aten.gelu.default, (x,), {"approximate": "tanh"}),
+             (aten.sigmoid.default, (x,), {}), (aten.silu.default, (x,), {}),
+             (aten.gelu_backward.default, (g, x), {}), (aten.silu_backward.default, (g, x), {}),
+             (aten.gelu_backward.default, (g, x), {"approximate": "tanh"})]  # fmt: skip
+    for op, args, kw in cases:
+        outs, em = emulate(op, *args, **kw)
+        t, e = to_numpy(outs[0]), em[0]
+        err = np.broadcast_to(np.asarray(e.err, np.float64), t.shape)
+        single = np.flatnonzero(err == 0)
+        if name == "float32":
+            # float32: the bound is a few ulps wide (erf's A&S error, the running bound)
+            width = 2 * err / ulp(e.center, name)
+            assert np.median(width) <= 80, (str(op), kw, np.median(width))
+            continue
+        assert single.size / t.size > 0.7, (str(op), kw, single.size / t.size)
+        assert judge(one_ulp_off(t, int(single[len(single) // 2])), e).verdict == "differs"
+
+
+@pytest.mark.parametrize("name", ["bfloat16", "float16"])
+def test_large_16_bit_tensors_by_distinct_values(name: str) -> None:
+    """Above 8192 elements a 16-bit input is emulated once per distinct value (``by_bits``):
+    the Out equals the element-by-element one (chunks of 4096), and torch stays within it."""
+    x = (torch.randn(40000, dtype=torch.float64) * 3).to(getattr(torch, name))
+    xn = to_numpy(x)
+    for op, kw in ((aten.gelu.default, {}), (aten.gelu.default, {"approximate": "tanh"}),
+                   (aten.sigmoid.default, {}), (aten.silu.default, {}), (aten.tanh.default, {}),
+                   (aten.exp.default, {})):  # fmt: skip
+        emulation = lookup(str(op))
+        assert emulation is not None
+        whole = emulation(Call(str(op), (xn,), kw, (name,)))[0]
+        parts = [emulation(Call(str(op), (xn[i : i + 4096],), kw, (name,)))[0]
+                 for i in range(0, xn.size, 4096)]  # fmt: skip
+        assert whole is not None and all(p is not None for p in parts)
+        for field in ("value", "center", "err"):
+            a = np.broadcast_to(np.asarray(getattr(whole, field), np.float64), xn.shape)
+            b = np.concatenate([np.broadcast_to(np.asarray(getattr(p, field), np.float64),
+                                                (min(4096, xn.size - 4096 * k),))
+                                for k, p in enumerate(parts)])  # fmt: skip
+            assert np.array_equal(a, b, equal_nan=True), (str(op), field)
+        check(op, x, claim="bounded", **kw)
+    g = (torch.randn(40000, dtype=torch.float64)).to(getattr(torch, name))
+    gn = to_numpy(g)
+    for op, kw in ((aten.gelu_backward.default, {}),
+                   (aten.gelu_backward.default, {"approximate": "tanh"}),
+                   (aten.silu_backward.default, {})):  # fmt: skip
+        emulation = lookup(str(op))
+        assert emulation is not None
+        whole = emulation(Call(str(op), (gn, xn), kw, (name,)))[0]
+        parts = [emulation(Call(str(op), (gn[i : i + 4096], xn[i : i + 4096]), kw, (name,)))[0]
+                 for i in range(0, xn.size, 4096)]  # fmt: skip
+        assert whole is not None and all(p is not None for p in parts)
+        for field in ("value", "center", "err"):
+            a = np.asarray(getattr(whole, field), np.float64)
+            b = np.concatenate([np.asarray(getattr(p, field), np.float64).ravel() for p in parts])
+            assert np.array_equal(a.ravel(), b, equal_nan=True), (str(op), field)
+        check(op, g, x, claim="bounded", **kw)
+
+
+def test_erf64_against_math_erf() -> None:
+    """The vectorised float64 erf used for the centers is within ERF64_ERR of math.erf."""
+    z = np.concatenate([np.linspace(-12, 12, 240001), np.logspace(-300, 1, 2000),
+                        -np.logspace(-300, 1, 2000), [0.0, -0.0, np.inf, -np.inf]])  # fmt: skip
+    ref = np.array([math.erf(v) for v in z.tolist()])
+    assert np.max(np.abs(erf64(z) - ref)) < ERF64_ERR
+    assert np.isnan(erf64(np.array([np.nan]))[0])
+
+
+def test_float64_transcendental_not_emulated() -> None:
+
+    with pytest.raises(NotImplementedError, match="float64"):
+        gelu(Call("aten.gelu.default", (np.float64([1.0]),), {}, ("float64",)))
+
+
+def test_registered() -> None:
+    have = set(names())
+    for op in ("aten.relu.default", "aten.relu_.default", "aten.threshold_backward.default",
+               "aten.gelu.default", "aten.gelu_backward.default", "aten.silu.default",
+               "aten.silu_backward.default", "aten.sigmoid.default",
+               "aten.sigmoid_backward.default", "aten.tanh.default", "aten.tanh_backward.default",
+               "aten.leaky_relu.default", "aten.leaky_relu_backward.default",
+               "aten.hardtanh.default", "aten.hardtanh_backward.default"):  # fmt: skip
+        assert op in have, op
+
+
+def test_capabilities() -> None:
+    """The same claims hold under ATEN_CPU_CAPABILITY=default and avx2 (subprocesses)."""
+    rerun(__file__)
