@@ -277,3 +277,7 @@ def layer_norm_backward(call: Call) -> list[Out | None]:
             outs.append(bounded(to(center, name).reshape(np.shape(b)), err.reshape(np.shape(b)),
                                 _REASON_DW, center=center.reshape(np.shape(b))))  # fmt: skip
     return outs
+
+
+# batch norm lives in its own module (size); importing it registers its emulations
+from fpemu.validate.ops import _batchnorm  # noqa: E402, F401
