@@ -63,6 +63,11 @@ _UNIT = {"bfloat16": 2.0**-8, "float16": 2.0**-11, "float32": 0.0}
 _TINY = {"bfloat16": 2.0**-126, "float16": 2.0**-14, "float32": 0.0}
 
 
+def _mm(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Batched matmul on contiguous operands (numpy falls back to a slow loop otherwise)."""
+    return np.asarray(np.matmul(np.ascontiguousarray(a), np.ascontiguousarray(b)))
+
+
 def _q_block(lq: int) -> int:
     return 256 if lq >= 768 else 64 if lq >= 192 else 32
 
@@ -73,8 +78,8 @@ def _scores(call: Call, q: np.ndarray, k: np.ndarray, causal: bool) -> tuple[Any
     d = q.shape[-1]
     sc = call.kwargs.get("scale")
     scale = float(np.float32(1.0 / math.sqrt(d) if sc is None else sc))
-    qk = np.matmul(q, np.swapaxes(k, -1, -2))
-    aqk = np.matmul(np.abs(q), np.swapaxes(np.abs(k), -1, -2))
+    qk = _mm(q, np.swapaxes(k, -1, -2))
+    aqk = _mm(np.abs(q), np.swapaxes(np.abs(k), -1, -2))
     mask = call.kwargs.get("attn_mask")
     mk = np.zeros(1) if mask is None else np.asarray(mask, np.float64)
     with np.errstate(invalid="ignore", over="ignore"):
@@ -137,11 +142,11 @@ def _forward_bound(call: Call) -> tuple[Any, ...]:
     av = np.abs(v)
     big = p * (1 + rho)
     S = p.sum(-1, keepdims=True)
-    N = np.matmul(p, v)
+    N = _mm(p, v)
     es = (p * rho).sum(-1, keepdims=True) + gamma(lk + 2 * blocks) * big.sum(-1, keepdims=True)
     tiny_t = np.where(finite, tiny * np.exp(e_s.max()), 0.0)
-    en = np.matmul(p * rho + u_low * big + tiny_t, av)
-    en += gamma(lk + blocks) * np.matmul(big * (1 + u_low) + tiny_t, av) + (lk + 2) * _UFL
+    en = _mm(p * rho + u_low * big + tiny_t, av)
+    en += gamma(lk + blocks) * _mm(big * (1 + u_low) + tiny_t, av) + (lk + 2) * _UFL
     with np.errstate(invalid="ignore", divide="ignore"):
         o = np.where(empty, 0.0, N / np.where(empty, 1.0, S))
         e_o = (en + np.abs(o) * es) / (S - es)
@@ -216,13 +221,13 @@ def flash_attention_backward(call: Call) -> list[Out | None]:
     tiny_t = np.where(finite, tiny, 0.0)
     rho1 = (1 + rho) * (1 + u_low) - 1
     agt = np.abs(go)
-    dv = np.matmul(np.swapaxes(p, -1, -2), go)
-    mag_v = np.matmul(np.swapaxes(p * (1 + rho1) + tiny_t, -1, -2), agt)
-    e_dv = np.matmul(np.swapaxes(p * rho1 + tiny_t, -1, -2), agt) + gamma(lq + 2) * mag_v
+    dv = _mm(np.swapaxes(p, -1, -2), go)
+    mag_v = _mm(np.swapaxes(p * (1 + rho1) + tiny_t, -1, -2), agt)
+    e_dv = _mm(np.swapaxes(p * rho1 + tiny_t, -1, -2), agt) + gamma(lq + 2) * mag_v
     e_dv += gamma(bq, u_low) * (mag_v + e_dv) if u_low else 0.0
     e_dv += (lq + 4) * _UFL
-    dp = np.matmul(go, np.swapaxes(v, -1, -2))
-    e_dp = gamma(d) * np.matmul(agt, np.swapaxes(np.abs(v), -1, -2))
+    dp = _mm(go, np.swapaxes(v, -1, -2))
+    e_dp = gamma(d) * _mm(agt, np.swapaxes(np.abs(v), -1, -2))
     dd = (go * out).sum(-1, keepdims=True)
     e_d = gamma(d + 1) * np.abs(go * out).sum(-1, keepdims=True)
     diff = dp - dd
@@ -231,14 +236,14 @@ def flash_attention_backward(call: Call) -> list[Out | None]:
     e_ds += gamma(2) * p * (1 + rho) * np.abs(diff)
     e_ds = np.where(finite, e_ds + u_low * (np.abs(ds) + e_ds) + tiny_t + 4 * _UFL, 0.0)
     ads = np.abs(ds) + e_ds
-    dq = scale * np.matmul(ds, k)
-    mag_q = scale * np.matmul(ads, np.abs(k))
-    e_dq = scale * np.matmul(e_ds, np.abs(k)) + gamma(lk + 3) * mag_q
+    dq = scale * _mm(ds, k)
+    mag_q = scale * _mm(ads, np.abs(k))
+    e_dq = scale * _mm(e_ds, np.abs(k)) + gamma(lk + 3) * mag_q
     e_dq += gamma(bk, u_low) * (mag_q + e_dq) if u_low else 0.0
     e_dq += (lk + 4) * _UFL
-    dk = scale * np.matmul(np.swapaxes(ds, -1, -2), q)
-    mag_k = scale * np.matmul(np.swapaxes(ads, -1, -2), np.abs(q))
-    e_dk = scale * np.matmul(np.swapaxes(e_ds, -1, -2), np.abs(q)) + gamma(lq + 3) * mag_k
+    dk = scale * _mm(np.swapaxes(ds, -1, -2), q)
+    mag_k = scale * _mm(np.swapaxes(ads, -1, -2), np.abs(q))
+    e_dk = scale * _mm(np.swapaxes(e_ds, -1, -2), np.abs(q)) + gamma(lq + 3) * mag_k
     e_dk += gamma(bq, u_low) * (mag_k + e_dk) if u_low else 0.0
     e_dk += (lq + 4) * _UFL
     e_dq, e_dk, e_dv = (e + tiny for e in (e_dq, e_dk, e_dv))  # a subnormal result flushed
