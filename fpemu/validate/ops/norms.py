@@ -20,9 +20,14 @@ Because x - mean cancels, torch's float32 result can be far (E5: 71,877 ulp) fro
 rounded layer norm; this emulation reproduces the kernel's rounding sequence instead, and the
 tests prove bit equality on all three capabilities.
 
-``native_layer_norm_backward`` sums over a row (SIMD lanes then a shuffle tree) and over rows
-per thread (the partition depends on the thread count, and a bfloat16 input accumulates the
-weight gradient in bfloat16): its outputs are bounded; the bounds are derived below.
+``native_layer_norm_backward``: for float32 the input gradient is exact: ``ds = sum(dy*x*w)``
+and ``db = sum(dy*w)`` on 8 lanes (the partial last vector fused into the accumulator on the
+SIMD builds), reduced by the AVX2 shuffle tree (``default``: lane by lane), then
+``b = (db*mean - ds)*rstd^3/N``, ``c = -b*mean - db*rstd/N``, ``dx = (b*x + rstd*dy*w) + c``
+with the first multiply-add of each fused on the SIMD builds (measured on avx512, avx2,
+default). The bfloat16/float16 input gradient (a different mixed-type kernel) and the weight
+and bias gradients (sums over rows per thread: the partition depends on the thread count, and a
+bfloat16 input accumulates them in bfloat16) are bounded; the bounds are derived below.
 
 >>> import numpy as np
 >>> from fpemu.validate.ops import Call, lookup
@@ -197,6 +202,60 @@ def layer_norm(call: Call) -> list[Out | None]:
             exact(to(rstd, ynames[2]).reshape(stat_shape))]  # fmt: skip
 
 
+def _tree8(acc: np.ndarray, simd: bool, n: int = _LANES) -> np.ndarray:
+    """``vec_reduce_all`` of 8 float32 lanes: the AVX2 shuffle tree (halves, pairs, neighbours)
+    on the SIMD builds, lane 0 plus each further lane in turn on ``default`` (and for a partial
+    vector of ``n`` lanes)."""
+    if simd and n == _LANES:
+        v = acc
+        for perm in ([4, 5, 6, 7, 0, 1, 2, 3], [2, 3, 0, 1, 6, 7, 4, 5], [1, 0, 3, 2, 5, 4, 7, 6]):
+            v = (v + v[:, perm]).astype(_F)
+        return np.asarray(v[:, 0])
+    r = acc[:, 0].copy()
+    for i in range(1, n):
+        r = (r + acc[:, i]).astype(_F)
+    return r
+
+
+def _row_dot(p: np.ndarray, q: np.ndarray, fused: bool) -> np.ndarray:
+    """``map*_reduce_all`` of the products ``p * q`` (p already rounded where the kernel
+    rounds it): 8 lanes, full vectors added, the partial last vector fused on the SIMD builds
+    (measured), then :func:`_tree8`."""
+    cols = p.shape[1]
+    t = (p * q).astype(_F)
+    if cols < _LANES:
+        return _tree8(t, False, cols)
+    acc = t[:, :_LANES].copy()
+    full = cols - cols % _LANES
+    for d in range(_LANES, full, _LANES):
+        acc = (acc + t[:, d : d + _LANES]).astype(_F)
+    if cols > full:
+        r = cols - full
+        acc[:, :r] = mad(p[:, full:], q[:, full:], acc[:, :r], fused=fused)
+    return _tree8(acc, fused)
+
+
+def _layer_norm_dx_f32(dy: np.ndarray, x: np.ndarray, mean: np.ndarray, rstd: np.ndarray,
+                       g: np.ndarray | None, fused: bool) -> np.ndarray:  # fmt: skip
+    """float32 grad_input of ``layer_norm_backward_frame`` with weights (measured exact):
+    ds = sum((dy*x)*w), db = sum(dy*w); b = (db*mean - ds)*a*a*a/N, c = -b*mean - db*a/N,
+    dx = (b*x + (a*dy)*w) + c, with the SIMD builds fusing db*mean - ds, -b*mean - ..., and
+    b*x + ... (the ``default`` build rounds every operation). Without weights: ds = sum(dy*x),
+    db = sum(dy), dx = (b*x + a*dy) + c."""
+    cols = dy.shape[1]
+    ones = np.ones_like(dy)
+    gb = ones if g is None else np.broadcast_to(g, dy.shape)
+    ds = _row_dot(dy, x, fused) if g is None else _row_dot((dy * x).astype(_F), gb, fused)
+    db = _row_dot(dy, gb, fused)
+    scale = _F(1) / _F(cols)
+    a = rstd
+    b0 = mad(db, mean, -ds, fused=fused)
+    b = ((((b0 * a).astype(_F) * a).astype(_F) * a).astype(_F) * scale).astype(_F)
+    c = mad(-b, mean, -((db * a).astype(_F) * scale).astype(_F), fused=fused)
+    ady = (a[:, None] * dy).astype(_F)
+    return (mad(b[:, None], x, (ady * gb).astype(_F), fused=fused) + c[:, None]).astype(_F)
+
+
 _REASON_DX = ("layer_norm_backward dX: float32 row sums ds=sum(dy*x*w), db=sum(dy*w) in SIMD-lane "
               "order, then b=(db*mean-ds)*rstd^3/N, c=-b*mean-db*rstd/N, dx=rstd*dy*w+b*x+c; "
               "bound: gamma_{N+2} on the sums propagated through b, c, dx (+gamma_7, gamma_4, "
@@ -213,7 +272,8 @@ def _unit(name: str) -> float:
 @register("aten.native_layer_norm_backward.default")
 def layer_norm_backward(call: Call) -> list[Out | None]:
     """``native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, weight?,
-    bias?, output_mask) -> (grad_input?, grad_weight?, grad_bias?)``, bounded.
+    bias?, output_mask) -> (grad_input?, grad_weight?, grad_bias?)``: float32 grad_input exact
+    (:func:`_layer_norm_dx_f32`), the rest bounded.
 
     Derivation (u = 2^-24, g_k = (1+u)^k - 1, a = rstd, s = float32(1/N); mean, rstd, x, dy,
     w are the kernel's exact inputs): the float32 sums ds, db of N products (two roundings per
@@ -257,8 +317,17 @@ def layer_norm_backward(call: Call) -> list[Out | None]:
                 np.abs(a * dg) + np.abs(bc * xx) + np.abs(cc)
             )
             name = next(names)
-            outs.append(bounded(to(dx, name).reshape(x.shape), edx.reshape(x.shape), _REASON_DX,
-                                center=dx.reshape(x.shape)))  # fmt: skip
+            if x.dtype == np.float32:  # the float32 kernel's order is pinned: exact
+                g32 = None if w is None else np.asarray(w, _F).reshape(cols)
+                dx32 = _layer_norm_dx_f32(
+                    np.asarray(dy, _F).reshape(rows, cols), np.asarray(x, _F).reshape(rows, cols),
+                    np.asarray(mean, _F).reshape(rows), np.asarray(rstd, _F).reshape(rows), g32,
+                    call.capability != "default",
+                )  # fmt: skip
+                outs.append(exact(dx32.reshape(x.shape)))
+            else:
+                outs.append(bounded(to(dx, name).reshape(x.shape), edx.reshape(x.shape),
+                                    _REASON_DX, center=dx.reshape(x.shape)))  # fmt: skip
         u_in = _unit(str(np.dtype(x.dtype).name))
         omega = float(np.expm1(rows * np.log1p(u_in) + (2 * rows + 3) * np.log1p(U32)))
         if mask[1] and w is not None:
