@@ -253,7 +253,7 @@ def _layer_norm_dx_f32(dy: np.ndarray, x: np.ndarray, mean: np.ndarray, rstd: np
     b = ((((b0 * a).astype(_F) * a).astype(_F) * a).astype(_F) * scale).astype(_F)
     c = mad(-b, mean, -((db * a).astype(_F) * scale).astype(_F), fused=fused)
     ady = (a[:, None] * dy).astype(_F)
-    return (mad(b[:, None], x, (ady * gb).astype(_F), fused=fused) + c[:, None]).astype(_F)
+    return np.asarray(mad(b[:, None], x, (ady * gb).astype(_F), fused=fused) + c[:, None], _F)
 
 
 _REASON_DX = ("layer_norm_backward dX: float32 row sums ds=sum(dy*x*w), db=sum(dy*w) in SIMD-lane "
