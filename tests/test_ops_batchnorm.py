@@ -92,6 +92,23 @@ def test_batch_norm_backward_bounded(dt: torch.dtype, pdt: torch.dtype, train: b
         assert {j.verdict for j in js} <= {"identical", "bounded"}
 
 
+@pytest.mark.parametrize("weighted", [True, False])
+@pytest.mark.parametrize("train", [True, False])
+@pytest.mark.parametrize("shape", [(4, 3, 5, 5), (2, 4, 37), (3, 2, 3, 3), (2, 3, 64)], ids=str)
+def test_batch_norm_backward_exact_float32(shape: tuple, train: bool, weighted: bool) -> None:
+    """The float32 contiguous backward bit for bit; a one-ulp change of any output differs."""
+    x, w, b, rm, rv = _bn_args(torch.float32, torch.float32, shape, 19)
+    w = w if weighted else None
+    _, sm, si = BN(x, w, b, rm.clone(), rv.clone(), True, 0.1, 1e-5)
+    dy = torch.randn(x.shape, generator=torch.Generator().manual_seed(len(shape)))
+    mask = [True, weighted, True]
+    outs, emulated = emulate(BNB, dy, x, w, rm, rv, sm, si, train, 1e-5, mask)
+    for t, e in zip(outs, emulated, strict=True):
+        assert e is not None and e.exact
+        assert judge(to_numpy(t), e).verdict == "identical"
+        assert judge(one_ulp_off(to_numpy(t), 1), e).verdict == "differs"
+
+
 def test_batch_norm_backward_bound_catches_a_wrong_gradient() -> None:
     x, w, b, rm, rv = _bn_args(torch.float32, torch.float32, (4, 3, 5, 5), 17)
     _, sm, si = BN(x, w, b, rm.clone(), rv.clone(), True, 0.1, 1e-5)

@@ -22,7 +22,8 @@ above 1 (``batch_norm_kernel.cpp``, ``Normalization.cpp``), measured:
 Other layouts (a 2-D input or spatial size 1, channels-last: per-thread partial sums whose split
 depends on the thread count), training with statistics kept in bfloat16/float16 (a model cast
 to the low format: the statistics and ``count - 1`` are rounded to it along the way), and the
-backward are bounded, with the bounds derived below.
+bfloat16/float16 backward are bounded, with the bounds derived below; the float32 backward on
+the contiguous layout is exact (:func:`_backward_f32`).
 
 >>> import numpy as np
 >>> from fpemu.validate.ops import Call, lookup
@@ -41,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from fpemu.validate.ops import Call, Out, bounded, exact, register
-from fpemu.validate.ops._fma import U32, fma32, gamma, mad
+from fpemu.validate.ops._fma import U32, fma32, gamma, mad, row_dot
 from fpemu.validate.ops._num import dtype, to
 
 __all__ = ["batch_norm", "batch_norm_backward"]
@@ -266,9 +267,12 @@ def batch_norm_backward(call: Call) -> list[Out | None]:
     wv = np.ones(c) if w is None else np.asarray(w, np.float64)
     if train:
         mean, invstd = np.asarray(sm, np.float64), np.asarray(si, np.float64)
-    else:
+    else:  # float + double eps: sqrt and division in double, then float
         mean = np.asarray(rm, np.float64)
-        invstd = np.asarray(_F(1.0 / np.sqrt(np.asarray(rv, np.float64) + eps)), np.float64)
+        invstd = np.asarray(_F(1.0 / np.sqrt(np.asarray(rv, _F).astype(np.float64) + eps)),
+                            np.float64)  # fmt: skip
+    if x.dtype == np.float32 and _exact_layout(x) and np.asarray(dy).flags["C_CONTIGUOUS"]:
+        return _backward_f32(call, dy, x, w, mean, invstd, bool(train), mask)
     dev = xf - mean.reshape(shp)
     s = d.sum(axis=axes)
     e_s = gamma(n + 1) * np.abs(d).sum(axis=axes)
@@ -305,4 +309,48 @@ def batch_norm_backward(call: Call) -> list[Out | None]:
             outs.append(bounded(to(gw, next(it)), e_gw, _REASON_BNB, center=gw))
         if mask[2]:
             outs.append(bounded(to(s, next(it)), e_s, _REASON_BNB, center=s))
+    return outs
+
+
+def _backward_f32(call: Call, dy: Any, x: np.ndarray, w: Any, mean: np.ndarray,
+                  invstd: np.ndarray, train: bool, mask: Any) -> list[Out | None]:  # fmt: skip
+    """float32 contiguous ``batch_norm_cpu_backward_contiguous_impl``, exact (measured on
+    avx512, avx2, default): per channel and per sample plane, ``reduce_all(dy)`` and
+    ``map2_reduce_all((x - mean) * dy)`` on 8 lanes (the partial last vector fused on the SIMD
+    builds) reduced by :func:`~fpemu.validate.ops._fma.tree8`, accumulated over samples in
+    double; ``grad_bias = float(sum)``, ``grad_weight = float(dotp * invstd)``; training:
+    ``k = float(dotp) * invstd * invstd / n``, ``grad_mean = float(sum / n)``, ``dx = ((dy -
+    grad_mean) - (x - mean) * k) * invstd * w`` with the inner multiply-subtract fused on the
+    SIMD builds; eval: ``dx = dy * invstd * w``."""
+    fused = call.capability != "default"
+    x3, d3 = _planes(np.asarray(x, _F)), _planes(np.asarray(dy, _F))
+    nb, c, sz = x3.shape
+    count = nb * sz
+    m32, i32 = mean.astype(_F), invstd.astype(_F)
+    w32 = np.ones(c, _F) if w is None else np.asarray(w, _F)
+    total = np.zeros(c)
+    dotp = np.zeros(c)
+    ones = np.ones((c, sz), _F)
+    with np.errstate(all="ignore"):
+        for i in range(nb):
+            total += row_dot(d3[i], ones, fused).astype(np.float64)
+            dev = (x3[i] - m32[:, None]).astype(_F)
+            dotp += row_dot(dev, d3[i], fused).astype(np.float64)
+        outs: list[Out | None] = []
+        if mask[0]:
+            sc = (1, c, 1)
+            if train:
+                k = ((((dotp.astype(_F) * i32).astype(_F) * i32).astype(_F)) / _F(count)).astype(_F)
+                gm = (total / count).astype(_F)
+                dev = (x3 - m32.reshape(sc)).astype(_F)
+                t = mad(-dev, k.reshape(sc), (d3 - gm.reshape(sc)).astype(_F), fused=fused)
+            else:
+                t = d3
+            dx = ((t * i32.reshape(sc)).astype(_F) * w32.reshape(sc)).astype(_F)
+            outs.append(exact(to(dx, call.out_dtypes[0]).reshape(x.shape)))
+        names = iter(call.out_dtypes[1 if mask[0] else 0 :])
+        if mask[1]:
+            outs.append(exact(to((dotp * invstd).astype(_F), next(names))))
+        if mask[2]:
+            outs.append(exact(to(total.astype(_F), next(names))))
     return outs

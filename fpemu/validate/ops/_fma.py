@@ -22,10 +22,13 @@ import numpy as np
 
 from fpemu.arith import round_to_odd
 
-__all__ = ["U32", "fma32", "gamma", "grow", "mad"]
+__all__ = ["LANES", "U32", "fma32", "gamma", "grow", "mad", "row_dot", "tree8"]
 
 #: unit roundoff of float32
 U32 = 2.0**-24
+#: float32 lanes of torch's Vectorized accumulators in the kernels emulated here (the AVX2
+#: kernels also serve avx512; ``default`` has the same width)
+LANES = 8
 
 
 def fma32(a: Any, b: Any, c: Any) -> np.ndarray:
@@ -64,3 +67,36 @@ def gamma(k: Any, u: float = U32) -> np.ndarray:
 def grow(k: Any, u: float = U32) -> np.ndarray:
     """``(1 + u)**k``: how much ``k`` roundings can grow a magnitude."""
     return 1.0 + gamma(k, u)
+
+
+def tree8(acc: np.ndarray, simd: bool, n: int = LANES) -> np.ndarray:
+    """``vec_reduce_all`` of 8 float32 lanes: the AVX2 shuffle tree (halves, pairs, neighbours)
+    on the SIMD builds, lane 0 plus each further lane in turn on ``default`` (and for a partial
+    vector of ``n`` lanes)."""
+    if simd and n == LANES:
+        v = acc
+        for perm in ([4, 5, 6, 7, 0, 1, 2, 3], [2, 3, 0, 1, 6, 7, 4, 5], [1, 0, 3, 2, 5, 4, 7, 6]):
+            v = (v + v[:, perm]).astype(np.float32)
+        return np.asarray(v[:, 0])
+    r = acc[:, 0].copy()
+    for i in range(1, n):
+        r = (r + acc[:, i]).astype(np.float32)
+    return r
+
+
+def row_dot(p: np.ndarray, q: np.ndarray, fused: bool) -> np.ndarray:
+    """``map*_reduce_all`` of the products ``p * q`` (p already rounded where the kernel
+    rounds it): 8 lanes, full vectors added, the partial last vector fused on the SIMD builds
+    (measured), then :func:`tree8`."""
+    cols = p.shape[1]
+    t = (p * q).astype(np.float32)
+    if cols < LANES:
+        return tree8(t, False, cols)
+    acc = t[:, :LANES].copy()
+    full = cols - cols % LANES
+    for d in range(LANES, full, LANES):
+        acc = (acc + t[:, d : d + LANES]).astype(np.float32)
+    if cols > full:
+        r = cols - full
+        acc[:, :r] = mad(p[:, full:], q[:, full:], acc[:, :r], fused=fused)
+    return tree8(acc, fused)

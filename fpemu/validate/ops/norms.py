@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 
 from fpemu.validate.ops import Call, Out, bounded, exact, register
-from fpemu.validate.ops._fma import U32, gamma, mad
+from fpemu.validate.ops._fma import U32, gamma, mad, row_dot
 from fpemu.validate.ops._num import to
 
 __all__ = ["layer_norm", "layer_norm_backward", "row_moments"]
@@ -204,39 +204,6 @@ def layer_norm(call: Call) -> list[Out | None]:
             exact(to(rstd, ynames[2]).reshape(stat_shape))]  # fmt: skip
 
 
-def _tree8(acc: np.ndarray, simd: bool, n: int = _LANES) -> np.ndarray:
-    """``vec_reduce_all`` of 8 float32 lanes: the AVX2 shuffle tree (halves, pairs, neighbours)
-    on the SIMD builds, lane 0 plus each further lane in turn on ``default`` (and for a partial
-    vector of ``n`` lanes)."""
-    if simd and n == _LANES:
-        v = acc
-        for perm in ([4, 5, 6, 7, 0, 1, 2, 3], [2, 3, 0, 1, 6, 7, 4, 5], [1, 0, 3, 2, 5, 4, 7, 6]):
-            v = (v + v[:, perm]).astype(_F)
-        return np.asarray(v[:, 0])
-    r = acc[:, 0].copy()
-    for i in range(1, n):
-        r = (r + acc[:, i]).astype(_F)
-    return r
-
-
-def _row_dot(p: np.ndarray, q: np.ndarray, fused: bool) -> np.ndarray:
-    """``map*_reduce_all`` of the products ``p * q`` (p already rounded where the kernel
-    rounds it): 8 lanes, full vectors added, the partial last vector fused on the SIMD builds
-    (measured), then :func:`_tree8`."""
-    cols = p.shape[1]
-    t = (p * q).astype(_F)
-    if cols < _LANES:
-        return _tree8(t, False, cols)
-    acc = t[:, :_LANES].copy()
-    full = cols - cols % _LANES
-    for d in range(_LANES, full, _LANES):
-        acc = (acc + t[:, d : d + _LANES]).astype(_F)
-    if cols > full:
-        r = cols - full
-        acc[:, :r] = mad(p[:, full:], q[:, full:], acc[:, :r], fused=fused)
-    return _tree8(acc, fused)
-
-
 def _layer_norm_dx_f32(dy: np.ndarray, x: np.ndarray, mean: np.ndarray, rstd: np.ndarray,
                        g: np.ndarray | None, fused: bool) -> np.ndarray:  # fmt: skip
     """float32 grad_input of ``layer_norm_backward_frame`` with weights (measured exact):
@@ -247,8 +214,8 @@ def _layer_norm_dx_f32(dy: np.ndarray, x: np.ndarray, mean: np.ndarray, rstd: np
     cols = dy.shape[1]
     ones = np.ones_like(dy)
     gb = ones if g is None else np.broadcast_to(g, dy.shape)
-    ds = _row_dot(dy, x, fused) if g is None else _row_dot((dy * x).astype(_F), gb, fused)
-    db = _row_dot(dy, gb, fused)
+    ds = row_dot(dy, x, fused) if g is None else row_dot((dy * x).astype(_F), gb, fused)
+    db = row_dot(dy, gb, fused)
     scale = _F(1) / _F(cols)
     a = rstd
     b0 = mad(db, mean, -ds, fused=fused)
