@@ -34,19 +34,32 @@ LANES = 8
 def fma32(a: Any, b: Any, c: Any) -> np.ndarray:
     """``a * b + c`` on float32 values with one rounding to float32 (RNE).
 
-    The product of two float32 values is exact in float64; the float64 sum's error is recovered
-    by TwoSum and folded in by round-to-odd, so the final float64 -> float32 rounding is the
-    correct single rounding (53 >= 24 + 2 bits).
+    The product of two float32 values is exact in float64, so ``s = RN64(a*b + c)`` carries
+    one float64 rounding; rounding ``s`` to float32 is then the correct single rounding except
+    where ``s`` lands exactly on a float32 rounding boundary (a midpoint, or anywhere in the
+    float32 subnormal range, where the boundary bits differ): only there the float64 sum's error
+    is recovered by TwoSum and folded in by round-to-odd (53 >= 24 + 2 bits).
     """
-    p = np.asarray(a, np.float64) * np.asarray(b, np.float64)
-    cc = np.asarray(c, np.float64)
+    a64 = np.asarray(a, np.float64)
+    b64 = np.asarray(b, np.float64)
+    c64 = np.asarray(c, np.float64)
     with np.errstate(invalid="ignore", over="ignore"):
-        s = p + cc
-        bb = s - p
-        e = (p - (s - bb)) + (cc - bb)
-    e = np.where(np.isfinite(e), e, 0.0)
-    with np.errstate(over="ignore"):
-        return np.asarray(round_to_odd(s, e), np.float64).astype(np.float32)
+        p = a64 * b64
+        s = np.asarray(p + c64)
+        bits = s.view(np.uint64)
+        risky = ((bits & 0x1FFFFFFF) == 0x10000000) | (
+            (bits & 0x7FFFFFFFFFFFFFFF) < 0x3810000000000000
+        )
+        out = s.astype(np.float32)
+        if risky.any():
+            pb, cb = np.broadcast_arrays(p, c64)
+            idx = np.nonzero(np.broadcast_to(risky, s.shape))
+            ps, cs, ss = pb[idx], cb[idx], s[idx]
+            bb = ss - ps
+            e = (ps - (ss - bb)) + (cs - bb)
+            e = np.where(np.isfinite(e), e, 0.0)
+            out[idx] = np.asarray(round_to_odd(ss, e), np.float64).astype(np.float32)
+    return out
 
 
 def mad(a: Any, b: Any, c: Any, *, fused: bool) -> np.ndarray:
