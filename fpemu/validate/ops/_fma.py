@@ -47,9 +47,9 @@ def fma32(a: Any, b: Any, c: Any) -> np.ndarray:
         p = a64 * b64
         s = np.asarray(p + c64)
         bits = s.view(np.uint64)
-        risky = ((bits & 0x1FFFFFFF) == 0x10000000) | (
-            (bits & 0x7FFFFFFFFFFFFFFF) < 0x3810000000000000
-        )
+        mag = bits & 0x7FFFFFFFFFFFFFFF
+        # an exact zero (mag 0) is exact: a nonzero p + c cannot round to zero in float64
+        risky = ((bits & 0x1FFFFFFF) == 0x10000000) | ((mag != 0) & (mag < 0x3810000000000000))
         out = s.astype(np.float32)
         if risky.any():
             pb, cb = np.broadcast_arrays(p, c64)
