@@ -109,6 +109,26 @@ def test_batch_norm_backward_exact_float32(shape: tuple, train: bool, weighted: 
         assert judge(one_ulp_off(to_numpy(t), 1), e).verdict == "differs"
 
 
+@pytest.mark.parametrize("cancel", [False, True])
+@pytest.mark.parametrize("shape", [(4, 3, 5, 5), (2, 4, 37), (8, 4, 7, 7)], ids=str)
+@pytest.mark.parametrize(("dt", "pdt"), BN_TYPES, ids=str)
+def test_batch_norm_backward_exact(
+    dt: torch.dtype, pdt: torch.dtype, shape: tuple, cancel: bool
+) -> None:
+    """float32 and autocast's bf16/fp16-input kernel bit for bit, train and eval; ``cancel``
+    feeds dy = 0.7 y + 0.3, whose input gradient is ~0 (dy - grad_mean - (x - mean) k cancels)."""
+    x, w, b, rm, rv = _bn_args(dt, pdt, shape, 23)
+    y, sm, si = BN(x, w, b, rm.clone(), rv.clone(), True, 0.1, 1e-5)
+    g = torch.Generator().manual_seed(shape[1])
+    dy = (y.float() * 0.7 + 0.3).to(dt) if cancel else torch.randn(x.shape, generator=g).to(dt)
+    for train in (True, False):
+        outs, emulated = emulate(BNB, dy, x, w, rm, rv, sm, si, train, 1e-5, [True, True, True])
+        for t, e in zip(outs, emulated, strict=True):
+            assert e is not None and e.exact
+            assert judge(to_numpy(t), e).verdict == "identical"
+            assert judge(one_ulp_off(to_numpy(t), 1), e).verdict == "differs"
+
+
 def test_batch_norm_backward_bound_catches_a_wrong_gradient() -> None:
     x, w, b, rm, rv = _bn_args(torch.float32, torch.float32, (4, 3, 5, 5), 17)
     _, sm, si = BN(x, w, b, rm.clone(), rv.clone(), True, 0.1, 1e-5)

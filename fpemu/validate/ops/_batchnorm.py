@@ -22,8 +22,9 @@ above 1 (``batch_norm_kernel.cpp``, ``Normalization.cpp``), measured:
 Other layouts (a 2-D input or spatial size 1, channels-last: per-thread partial sums whose split
 depends on the thread count), training with statistics kept in bfloat16/float16 (a model cast
 to the low format: the statistics and ``count - 1`` are rounded to it along the way), and the
-bfloat16/float16 backward are bounded, with the bounds derived below; the float32 backward on
-the contiguous layout is exact (:func:`_backward_f32`).
+backward with statistics in a low format are bounded, with the bounds derived below; the
+backward on the contiguous layout is exact in float32 (:func:`_backward_f32`) and for autocast's
+bfloat16/float16 input with float32 weights (:func:`_backward_low`).
 
 >>> import numpy as np
 >>> from fpemu.validate.ops import Call, lookup
@@ -73,17 +74,29 @@ def _stats_f32(x3: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return mean, np.add.accumulate(sq, axis=1)[:, -1].astype(_F)
 
 
-def _lane_sum(terms: np.ndarray, tail: np.ndarray) -> np.ndarray:
-    """Sum (C, N, vectors, 16) terms on 8 lanes (low half then high half of each vector), the
-    (C, N, tail) terms in a scalar, then ``tail + ((lane0 + lane1) + ...)``."""
+def _lane_sum(terms: np.ndarray, tail: np.ndarray, terms_q: np.ndarray | None = None,
+              tail_q: np.ndarray | None = None, fused: bool = False,
+              tail_fused: bool = False) -> np.ndarray:  # fmt: skip
+    """Sum (C, N, vectors*16) terms on 8 lanes (low half then high half of each vector), the
+    (C, N, tail) terms in a scalar, then ``tail + ((lane0 + lane1) + ...)``. With ``terms_q``
+    / ``tail_q`` the terms are products ``terms * terms_q`` accumulated by multiply-adds
+    (fused where ``fused`` / ``tail_fused``)."""
     c = terms.shape[0]
     acc = np.zeros((c, _LANES), _F)
-    for v in np.moveaxis(terms.reshape(c, -1, 2 * _LANES), 1, 0):
-        acc = (acc + v[:, :_LANES]).astype(_F)
-        acc = (acc + v[:, _LANES:]).astype(_F)
+    vec = terms.reshape(c, -1, 2 * _LANES)
+    vq = None if terms_q is None else terms_q.reshape(c, -1, 2 * _LANES)
+    for j in range(vec.shape[1]):
+        for h in (slice(0, _LANES), slice(_LANES, 2 * _LANES)):
+            if vq is None:
+                acc = (acc + vec[:, j, h]).astype(_F)
+            else:
+                acc = mad(vec[:, j, h], vq[:, j, h], acc, fused=fused)
     sc = np.zeros(c, _F)
-    for t in np.moveaxis(tail.reshape(c, -1), 1, 0):
-        sc = (sc + t).astype(_F)
+    tl = tail.reshape(c, -1)
+    tq = None if tail_q is None else tail_q.reshape(c, -1)
+    for j in range(tl.shape[1]):
+        sc = (sc + tl[:, j]).astype(_F) if tq is None else mad(tl[:, j], tq[:, j], sc,
+                                                                fused=tail_fused)  # fmt: skip
     red = acc[:, 0]
     for i in range(1, _LANES):
         red = (red + acc[:, i]).astype(_F)
@@ -271,8 +284,13 @@ def batch_norm_backward(call: Call) -> list[Out | None]:
         mean = np.asarray(rm, np.float64)
         invstd = np.asarray(_F(1.0 / np.sqrt(np.asarray(rv, _F).astype(np.float64) + eps)),
                             np.float64)  # fmt: skip
-    if x.dtype == np.float32 and _exact_layout(x) and np.asarray(dy).flags["C_CONTIGUOUS"]:
-        return _backward_f32(call, dy, x, w, mean, invstd, bool(train), mask)
+    if _exact_layout(x) and np.asarray(dy).flags["C_CONTIGUOUS"]:
+        if x.dtype == np.float32:
+            return _backward_f32(call, dy, x, w, mean, invstd, bool(train), mask)
+        if all(n == "float32" for n in call.out_dtypes[1 if mask[0] else 0 :]) and (
+            w is None or np.asarray(w).dtype == np.float32
+        ):  # autocast's mixed kernel (float32 weights and statistics)
+            return _backward_low(call, dy, x, w, mean, invstd, bool(train), mask)
     dev = xf - mean.reshape(shp)
     s = d.sum(axis=axes)
     e_s = gamma(n + 1) * np.abs(d).sum(axis=axes)
@@ -353,4 +371,47 @@ def _backward_f32(call: Call, dy: Any, x: np.ndarray, w: Any, mean: np.ndarray,
             outs.append(exact(to((dotp * invstd).astype(_F), next(names))))
         if mask[2]:
             outs.append(exact(to(total.astype(_F), next(names))))
+    return outs
+
+
+def _backward_low(call: Call, dy: Any, x: np.ndarray, w: Any, mean: np.ndarray,
+                  invstd: np.ndarray, train: bool, mask: Any) -> list[Out | None]:  # fmt: skip
+    """bfloat16/float16 input with float32 weights (``batch_norm_cpu_backward_contiguous_
+    internal``), exact (measured on avx512, avx2, default): ``sum`` and ``dotp`` over all
+    samples on 8 float32 lanes (each 16-element vector's halves in turn; ``dotp`` by
+    multiply-adds fused on the SIMD builds), the plane tails in scalars (fused only in the
+    float16 instantiation), ``+ ((lane0 + lane1) + ...)``; ``k = dotp*invstd*invstd/n``,
+    ``dx = ((dy - sum/n) - (x - mean)*k) * invstd * w`` (multiply-subtract fused on the SIMD
+    builds) rounded once to the input format; ``grad_weight = dotp*invstd``,
+    ``grad_bias = sum``."""
+    fused = call.capability != "default"
+    tail_fused = fused and x.dtype == np.float16
+    x3, d3 = _planes(np.asarray(x, _F)), _planes(np.asarray(dy, _F))
+    nb, c, sz = x3.shape
+    count = nb * sz
+    nv = sz - sz % (2 * _LANES)
+    m32, i32 = mean.astype(_F), invstd.astype(_F)
+    w32 = np.ones(c, _F) if w is None else np.asarray(w, _F)
+    xs, ds = np.swapaxes(x3, 0, 1), np.swapaxes(d3, 0, 1)  # (C, N, S)
+    with np.errstate(all="ignore"):
+        dev = (xs - m32[:, None, None]).astype(_F)
+        total = _lane_sum(ds[:, :, :nv], ds[:, :, nv:])
+        dotp = _lane_sum(dev[:, :, :nv], dev[:, :, nv:], ds[:, :, :nv], ds[:, :, nv:],
+                         fused, tail_fused)  # fmt: skip
+        outs: list[Out | None] = []
+        if mask[0]:
+            sc = (1, c, 1)
+            if train:
+                k = ((((dotp * i32).astype(_F) * i32).astype(_F)) / _F(count)).astype(_F)
+                gm = (total / _F(count)).astype(_F)
+                dv = (x3 - m32.reshape(sc)).astype(_F)
+                t = mad(-dv, k.reshape(sc), (d3 - gm.reshape(sc)).astype(_F), fused=fused)
+            else:
+                t = d3
+            dx = ((t * i32.reshape(sc)).astype(_F) * w32.reshape(sc)).astype(_F)
+            outs.append(exact(to(dx, call.out_dtypes[0]).reshape(x.shape)))
+        if mask[1]:
+            outs.append(exact((dotp * i32).astype(_F)))
+        if mask[2]:
+            outs.append(exact(total))
     return outs
