@@ -74,24 +74,30 @@ def _q_block(lq: int) -> int:
 
 def _scores(call: Call, q: np.ndarray, k: np.ndarray, causal: bool) -> tuple[Any, ...]:
     """Exact scores s = scale*(q k^T) + mask in float64 with the kernel's float32 scale, and
-    e_s: a bound on the kernel's float32 s (GEMM of D products, the scale, the mask add)."""
+    e_s: a bound on the kernel's float32 s (GEMM of D products, the scale, the mask add); both
+    0 / -inf where the key is masked out (causal or a -inf mask). In-place to save passes."""
     d = q.shape[-1]
     sc = call.kwargs.get("scale")
     scale = float(np.float32(1.0 / math.sqrt(d) if sc is None else sc))
-    qk = _mm(q, np.swapaxes(k, -1, -2))
-    aqk = _mm(np.abs(q), np.swapaxes(np.abs(k), -1, -2))
+    s = _mm(q, np.swapaxes(k, -1, -2))
+    e_s = _mm(np.abs(q), np.swapaxes(np.abs(k), -1, -2))
     mask = call.kwargs.get("attn_mask")
-    mk = np.zeros(1) if mask is None else np.asarray(mask, np.float64)
     with np.errstate(invalid="ignore", over="ignore"):
-        s = scale * qk + mk
-        e_s = (gamma(d) * scale * aqk + gamma(2) * (scale * np.abs(qk) + np.abs(mk))) * (
-            1 + gamma(2)
-        )
-    s = np.broadcast_to(s, np.broadcast_shapes(qk.shape, np.shape(mk))).copy()
+        s *= scale
+        e_s *= gamma(d) * scale
+        e_s += gamma(2) * np.abs(s)
+        if mask is not None:
+            mk = np.asarray(mask, np.float64)
+            shape = np.broadcast_shapes(s.shape, mk.shape)
+            if shape != s.shape:
+                s, e_s = np.broadcast_to(s, shape).copy(), np.broadcast_to(e_s, shape).copy()
+            s += mk
+            e_s += gamma(2) * np.abs(mk)
+        e_s *= 1 + gamma(2)
     if causal:
         lq, lk = s.shape[-2], s.shape[-1]
-        s[..., np.triu(np.ones((lq, lk), bool), 1)] = -np.inf
-    e_s = np.where(np.isneginf(s), 0.0, np.broadcast_to(e_s, s.shape))
+        np.copyto(s, -np.inf, where=np.triu(np.ones((lq, lk), bool), 1))
+    np.copyto(e_s, 0.0, where=np.isneginf(s))
     return s, e_s, scale
 
 
@@ -100,14 +106,24 @@ def _probs(s: np.ndarray, shift: np.ndarray, e_s: np.ndarray, exp_err: float,
     """p = exp(s - shift) and rho, the relative error of the kernel's p against it: the error of
     s (e_s), the rounding of s - shift (u |s - shift|), the exp's own error; rho = 1 where the
     argument can fall below ln(FLT_MIN) (flushed to 0, or subnormal). ``arg_roundings``: how many
-    float32 roundings of the argument (relative u each) the exp itself adds (fexp_u20: 3)."""
+    float32 roundings of the argument (relative u each) the exp itself adds (fexp_u20: 3).
+    Masked keys (s = -inf) get p = 0 and rho = 0."""
     with np.errstate(invalid="ignore", over="ignore"):
         t = s - shift
-        p = np.where(np.isneginf(s), 0.0, np.exp(np.where(np.isneginf(s), 0.0, t)))
-        reach = np.abs(t) + e_s + np.max(e_s, axis=-1, keepdims=True)
-        rho = np.expm1(e_s + (1 + arg_roundings) * U32 * reach) * (1 + exp_err) + exp_err
-    rho = np.where(reach > _LN_FLT_MIN - 1.0, np.maximum(rho, 1.0), rho)
-    return p, np.where(np.isneginf(s), 0.0, rho)
+        p = np.exp(t)  # exp(-inf) = 0 for masked keys
+        reach = np.abs(t)
+        reach += e_s
+        reach += np.max(e_s, axis=-1, keepdims=True)
+        rho = reach * ((1 + arg_roundings) * U32)
+        rho += e_s
+        np.expm1(rho, out=rho)
+        rho *= 1 + exp_err
+        rho += exp_err
+    np.copyto(rho, np.maximum(rho, 1.0), where=reach > _LN_FLT_MIN - 1.0)
+    # masked keys, and exact underflow where even the perturbed argument stays below -150 (the
+    # kernel's float32 p is then 0 as well): both sides contribute exactly 0
+    np.copyto(rho, 0.0, where=np.isneginf(s) | ((p == 0.0) & (t + 2 * e_s.max() < -150.0)))
+    return p, rho
 
 
 def _forward_bound(call: Call) -> tuple[Any, ...]:
