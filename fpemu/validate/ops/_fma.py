@@ -22,28 +22,44 @@ import numpy as np
 
 from fpemu.arith import round_to_odd
 
-__all__ = ["U32", "fma32", "gamma", "grow", "mad"]
+__all__ = ["LANES", "U32", "fma32", "gamma", "grow", "mad", "row_dot", "tree8"]
 
 #: unit roundoff of float32
 U32 = 2.0**-24
+#: float32 lanes of torch's Vectorized accumulators in the kernels emulated here (the AVX2
+#: kernels also serve avx512; ``default`` has the same width)
+LANES = 8
 
 
 def fma32(a: Any, b: Any, c: Any) -> np.ndarray:
     """``a * b + c`` on float32 values with one rounding to float32 (RNE).
 
-    The product of two float32 values is exact in float64; the float64 sum's error is recovered
-    by TwoSum and folded in by round-to-odd, so the final float64 -> float32 rounding is the
-    correct single rounding (53 >= 24 + 2 bits).
+    The product of two float32 values is exact in float64, so ``s = RN64(a*b + c)`` carries
+    one float64 rounding; rounding ``s`` to float32 is then the correct single rounding except
+    where ``s`` lands exactly on a float32 rounding boundary (a midpoint, or anywhere in the
+    float32 subnormal range, where the boundary bits differ): only there the float64 sum's error
+    is recovered by TwoSum and folded in by round-to-odd (53 >= 24 + 2 bits).
     """
-    p = np.asarray(a, np.float64) * np.asarray(b, np.float64)
-    cc = np.asarray(c, np.float64)
+    a64 = np.asarray(a, np.float64)
+    b64 = np.asarray(b, np.float64)
+    c64 = np.asarray(c, np.float64)
     with np.errstate(invalid="ignore", over="ignore"):
-        s = p + cc
-        bb = s - p
-        e = (p - (s - bb)) + (cc - bb)
-    e = np.where(np.isfinite(e), e, 0.0)
-    with np.errstate(over="ignore"):
-        return np.asarray(round_to_odd(s, e), np.float64).astype(np.float32)
+        p = a64 * b64
+        s = np.asarray(p + c64)
+        bits = s.view(np.uint64)
+        mag = bits & 0x7FFFFFFFFFFFFFFF
+        # an exact zero (mag 0) is exact: a nonzero p + c cannot round to zero in float64
+        risky = ((bits & 0x1FFFFFFF) == 0x10000000) | ((mag != 0) & (mag < 0x3810000000000000))
+        out = s.astype(np.float32)
+        if risky.any():
+            pb, cb = np.broadcast_arrays(p, c64)
+            idx = np.nonzero(np.broadcast_to(risky, s.shape))
+            ps, cs, ss = pb[idx], cb[idx], s[idx]
+            bb = ss - ps
+            e = (ps - (ss - bb)) + (cs - bb)
+            e = np.where(np.isfinite(e), e, 0.0)
+            out[idx] = np.asarray(round_to_odd(ss, e), np.float64).astype(np.float32)
+    return out
 
 
 def mad(a: Any, b: Any, c: Any, *, fused: bool) -> np.ndarray:
@@ -64,3 +80,36 @@ def gamma(k: Any, u: float = U32) -> np.ndarray:
 def grow(k: Any, u: float = U32) -> np.ndarray:
     """``(1 + u)**k``: how much ``k`` roundings can grow a magnitude."""
     return 1.0 + gamma(k, u)
+
+
+def tree8(acc: np.ndarray, simd: bool, n: int = LANES) -> np.ndarray:
+    """``vec_reduce_all`` of 8 float32 lanes: the AVX2 shuffle tree (halves, pairs, neighbours)
+    on the SIMD builds, lane 0 plus each further lane in turn on ``default`` (and for a partial
+    vector of ``n`` lanes)."""
+    if simd and n == LANES:
+        v = acc
+        for perm in ([4, 5, 6, 7, 0, 1, 2, 3], [2, 3, 0, 1, 6, 7, 4, 5], [1, 0, 3, 2, 5, 4, 7, 6]):
+            v = (v + v[:, perm]).astype(np.float32)
+        return np.asarray(v[:, 0])
+    r = acc[:, 0].copy()
+    for i in range(1, n):
+        r = (r + acc[:, i]).astype(np.float32)
+    return r
+
+
+def row_dot(p: np.ndarray, q: np.ndarray, fused: bool) -> np.ndarray:
+    """``map*_reduce_all`` of the products ``p * q`` (p already rounded where the kernel
+    rounds it): 8 lanes, full vectors added, the partial last vector fused on the SIMD builds
+    (measured), then :func:`tree8`."""
+    cols = p.shape[1]
+    t = (p * q).astype(np.float32)
+    if cols < LANES:
+        return tree8(t, False, cols)
+    acc = t[:, :LANES].copy()
+    full = cols - cols % LANES
+    for d in range(LANES, full, LANES):
+        acc = (acc + t[:, d : d + LANES]).astype(np.float32)
+    if cols > full:
+        r = cols - full
+        acc[:, :r] = mad(p[:, full:], q[:, full:], acc[:, :r], fused=fused)
+    return tree8(acc, fused)

@@ -1,0 +1,269 @@
+"""Emulations of torch's CPU flash-attention kernels behind ``F.scaled_dot_product_attention``
+(``_scaled_dot_product_flash_attention_for_cpu`` and its backward), bounded.
+
+torch 2.13 CPU (``FlashAttentionKernel.cpp``): q is cut in blocks of 32/64/256 rows (by
+length), k/v in blocks of 512; per block ``s = scale * (q @ k^T)`` (+ mask; causal entries
+-inf) by a float32 GEMM, then an online softmax in float32: running max, ``p = exp_u20(s - max)``
+(a vectorised exp the source documents as ULP=20, flushing arguments below ln(FLT_MIN) to 0;
+the scalar tail uses libm ``exp``), running sum, ``dst = dst * exp(max_old - max)`` and
+``dst += p @ v`` (float32 GEMM); finally ``out = dst * (1 / sum)`` and
+``logsumexp = max + log(sum)``. Finding, from the source and consistent with the measured
+error: for bfloat16/float16 inputs ``p`` is rounded to the input format before ``p @ v`` while
+``sum`` adds the unrounded float32 ``p``. The backward recomputes ``p = exp(s - logsumexp)``
+(Sleef/libm exp, 1 ulp), ``dV += p^T dO``, ``dS = p * (dO v^T - rowsum(dO * out))``,
+``dQ += scale dS k``, ``dK += scale dS^T q``; for low formats ``p`` and ``dS`` are rounded to
+the input format before the GEMMs and dQ/dK/dV accumulate across blocks in the input format.
+
+GEMM summation orders (MKL/oneDNN) are not specified, so every output is bounded: the
+derivation is in :func:`_forward_bound` and :func:`flash_attention_backward`. The float64
+centers carry their own error (at most ~2^-50 of the magnitudes each bound term carries with a
+coefficient >= 2^-24); every bound is widened by a factor (1 + 2^-20) to cover it.
+
+>>> import numpy as np
+>>> from fpemu.validate.ops import Call, lookup
+>>> q = np.float32(np.arange(8).reshape(1, 1, 2, 4) / 8)
+>>> call = Call("aten._scaled_dot_product_flash_attention_for_cpu.default", (q, q, q, 0.0, True),
+...             {}, ("float32", "float32"))
+>>> out, lse = lookup(call.op)(call)
+>>> out.value[0, 0, 0].tolist(), out.exact
+([0.0, 0.125, 0.25, 0.375], False)
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from fpemu.validate.ops import Call, Out, bounded, register
+from fpemu.validate.ops._fma import U32, gamma
+from fpemu.validate.ops._num import to
+
+__all__ = ["flash_attention", "flash_attention_backward"]
+
+_KV_BLOCK = 512
+_EXP_U20 = 20 * 2.0**-23  # relative error of 20 ulp (ulp <= 2^-23 |x| for normal float32)
+_EXP_U10 = 2.0**-23  # Sleef u10 / libm exp: 1 ulp
+# fexp_u20 (Malossi et al.; vec512_float.h): 2^y ~ 2^floor(y) (1 + f - P(f)) with a cubic P;
+# max over f in [0, 1] of |(1 + f - P(f)) / 2^f - 1| = 1.0704e-4 (evaluated on a 2e6-point grid
+# with the header's float32 constants), plus the float32 rounding of 2^23 z + 127 2^23 (at most
+# 64 units of 2^-23 in z: 2^-17), the truncation to int (< 2^-23) and the Horner FMAs (< 2^-21).
+# Measured: bf16/fp16 logsumexp errs by ~6e-5 relative (beyond exp_u20's 20 ulp), so the
+# bf16/fp16 kernels use this exp (forward and, conservatively, backward).
+_FEXP = 1.0704e-4 + 2.0**-17 + 2.0**-23 + 2.0**-21
+_LN_FLT_MIN = 87.33  # exp_u20 returns 0 below ln(FLT_MIN) = -87.3365
+_SLACK = 1.0 + 2.0**-20
+# float32 underflow: every operation may add an absolute error of half the smallest subnormal
+_UFL = 2.0**-150
+_UNIT = {"bfloat16": 2.0**-8, "float16": 2.0**-11, "float32": 0.0}
+# absolute error of one low-format value near zero: the low-precision GEMMs (AVX512-BF16/AMX
+# dot products) treat subnormals as zero, measured: bf16 dK/dV of ~1e-39 come back as 0; so a
+# value below the smallest normal may be lost entirely (2^-126 bf16, 2^-14 fp16)
+_TINY = {"bfloat16": 2.0**-126, "float16": 2.0**-14, "float32": 0.0}
+
+
+def _mm(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Batched matmul on contiguous operands (numpy falls back to a slow loop otherwise)."""
+    return np.asarray(np.matmul(np.ascontiguousarray(a), np.ascontiguousarray(b)))
+
+
+def _q_block(lq: int) -> int:
+    return 256 if lq >= 768 else 64 if lq >= 192 else 32
+
+
+def _scores(call: Call, q: np.ndarray, k: np.ndarray, causal: bool) -> tuple[Any, ...]:
+    """Exact scores s = scale*(q k^T) + mask in float64 with the kernel's float32 scale, and
+    e_s: a bound on the kernel's float32 s (GEMM of D products, the scale, the mask add); both
+    0 / -inf where the key is masked out (causal or a -inf mask). In-place to save passes."""
+    d = q.shape[-1]
+    sc = call.kwargs.get("scale")
+    scale = float(np.float32(1.0 / math.sqrt(d) if sc is None else sc))
+    s = _mm(q, np.swapaxes(k, -1, -2))
+    e_s = _mm(np.abs(q), np.swapaxes(np.abs(k), -1, -2))
+    mask = call.kwargs.get("attn_mask")
+    with np.errstate(invalid="ignore", over="ignore"):
+        s *= scale
+        e_s *= gamma(d) * scale
+        e_s += gamma(2) * np.abs(s)
+        if mask is not None:
+            mk = np.asarray(mask, np.float64)
+            shape = np.broadcast_shapes(s.shape, mk.shape)
+            if shape != s.shape:
+                s, e_s = np.broadcast_to(s, shape).copy(), np.broadcast_to(e_s, shape).copy()
+            s += mk
+            e_s += gamma(2) * np.abs(mk)
+        e_s *= 1 + gamma(2)
+    if causal:
+        lq, lk = s.shape[-2], s.shape[-1]
+        np.copyto(s, -np.inf, where=np.triu(np.ones((lq, lk), bool), 1))
+    np.copyto(e_s, 0.0, where=np.isneginf(s))
+    return s, e_s, scale
+
+
+def _probs(s: np.ndarray, shift: np.ndarray, e_s: np.ndarray, exp_err: float,
+           arg_roundings: int = 1) -> tuple[Any, ...]:  # fmt: skip
+    """p = exp(s - shift) and rho, the relative error of the kernel's p against it: the error of
+    s (e_s), the rounding of s - shift (u |s - shift|), the exp's own error; rho = 1 where the
+    argument can fall below ln(FLT_MIN) (flushed to 0, or subnormal). ``arg_roundings``: how many
+    float32 roundings of the argument (relative u each) the exp itself adds (fexp_u20: 3).
+    Masked keys (s = -inf) get p = 0 and rho = 0."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        t = s - shift
+        p = np.exp(t)  # exp(-inf) = 0 for masked keys
+        reach = np.abs(t)
+        reach += e_s
+        reach += np.max(e_s, axis=-1, keepdims=True)
+        rho = reach * ((1 + arg_roundings) * U32)
+        rho += e_s
+        np.expm1(rho, out=rho)
+        rho *= 1 + exp_err
+        rho += exp_err
+    np.copyto(rho, np.maximum(rho, 1.0), where=reach > _LN_FLT_MIN - 1.0)
+    # masked keys, and exact underflow where even the perturbed argument stays below -150 (the
+    # kernel's float32 p is then 0 as well): both sides contribute exactly 0
+    np.copyto(rho, 0.0, where=np.isneginf(s) | ((p == 0.0) & (t + 2 * e_s.max() < -150.0)))
+    return p, rho
+
+
+def _forward_bound(call: Call) -> tuple[Any, ...]:
+    """Center and bound of out and logsumexp.
+
+    With p_j = exp(s_j - m) (m the exact row max; the ratio below does not depend on the
+    shift) and rho_j from :func:`_probs` (times ((1+2^-23)(1+u)^2 exp(u R))^(B-1) for the
+    B-1 rescalings of B kv blocks, R the row's score range), the kernel's sum S~ and numerator
+    N~ = sum_j lowround(p~_j) v_j satisfy |S~ - S| <= ES = sum p rho + g_{Lk+2B} sum p (1+rho)
+    and |N~ - N| <= EN = sum |v| (p rho + u_low p (1+rho) + tiny) + g_{Lk+B} sum |v| p (1+rho)
+    (1+u_low); so |N~/S~ - N/S| <= (EN + |o| ES) / (S - ES), plus g_2 for ``dst * (1/sum)``.
+    logsumexp: |lse~ - lse| <= -log(1 - ES/S) + 2^-23 |log S| + u |lse|.
+    """
+    q, k, v = (
+        np.asarray(call.arg(i, n), np.float64) for i, n in enumerate(("query", "key", "value"))
+    )
+    causal = bool(call.arg(4, "is_causal", False))
+    name = call.out_dtypes[0]
+    s, e_s, _ = _scores(call, q, k, causal)
+    lk = s.shape[-1]
+    blocks = -(-lk // _KV_BLOCK)
+    finite = ~np.isneginf(s)
+    empty = ~finite.any(axis=-1, keepdims=True)  # fully masked rows: out 0, lse 0 (kernel)
+    m = np.where(empty, 0.0, np.max(np.where(finite, s, -np.inf), axis=-1, keepdims=True))
+    low = name != "float32"
+    p, rho = _probs(s, m, e_s, _FEXP if low else _EXP_U20, 3 if low else 1)
+    if blocks > 1:
+        span = m - np.min(np.where(finite, s, m), axis=-1, keepdims=True)
+        r_blk = (1 + 2.0**-23) * (1 + U32) ** 2 * np.exp(U32 * (span + 2 * e_s.max()))
+        rho = (1 + rho) * r_blk ** (blocks - 1) - 1
+    u_low, tiny = _UNIT[name], _TINY[name]
+    av = np.abs(v)
+    big = p * (1 + rho)
+    S = p.sum(-1, keepdims=True)
+    N = _mm(p, v)
+    es = (p * rho).sum(-1, keepdims=True) + gamma(lk + 2 * blocks) * big.sum(-1, keepdims=True)
+    tiny_t = np.where(finite, tiny * np.exp(e_s.max()), 0.0)
+    en = _mm(p * rho + u_low * big + tiny_t, av)
+    en += gamma(lk + blocks) * _mm(big * (1 + u_low) + tiny_t, av) + (lk + 2) * _UFL
+    with np.errstate(invalid="ignore", divide="ignore"):
+        o = np.where(empty, 0.0, N / np.where(empty, 1.0, S))
+        e_o = (en + np.abs(o) * es) / (S - es)
+        e_o = e_o + gamma(2) * (np.abs(o) + e_o) + tiny
+        e_o = np.where(empty | (S - es <= 0), np.where(empty, 0.0, np.inf), e_o)
+        lse = np.where(empty, 0.0, m + np.log(np.where(empty, 1.0, S)))
+        e_l = -np.log1p(-np.minimum(es / S, 1.0)) + 2.0**-23 * np.abs(np.log(S)) + U32 * np.abs(lse)
+        e_l = np.where(empty[..., 0:1], 0.0, e_l)
+    return o, e_o * _SLACK, lse[..., 0], e_l[..., 0] * _SLACK
+
+
+_REASON_F = (
+    "flash attention: float32 GEMMs (order unspecified), exp_u20 (20 ulp, source comment; "
+    "fexp_u20 for bf16/fp16), online-softmax rescaling per 512-key block, p rounded to the "
+    "input format before p@v for bf16/fp16; bound derived in attention._forward_bound"
+)
+
+
+def _no_dropout(call: Call) -> None:
+    p = float(call.arg(3, "dropout_p", 0.0) or 0.0) if "backward" not in call.op else float(
+        call.arg(6, "dropout_p", 0.0) or 0.0)  # fmt: skip
+    if p != 0.0:
+        raise NotImplementedError(f"dropout_p={p}: the kernel's random mask is not emulated")
+
+
+@register("aten._scaled_dot_product_flash_attention_for_cpu.default")
+def flash_attention(call: Call) -> list[Out | None]:
+    """``(query, key, value, dropout_p=0, is_causal=False, *, attn_mask=None, scale=None) ->
+    (output, logsumexp)``, bounded (see :func:`_forward_bound`)."""
+    _no_dropout(call)
+    o, e_o, lse, e_l = _forward_bound(call)
+    return [bounded(to(o, call.out_dtypes[0]), e_o, _REASON_F, center=o),
+            bounded(to(lse, call.out_dtypes[1]), e_l, _REASON_F, center=lse)]  # fmt: skip
+
+
+_REASON_B = ("flash attention backward: p = exp(s - lse) (1 ulp), float32 GEMMs (order "
+             "unspecified), dS = p (dP - rowsum(dO*out)); bf16/fp16 round p and dS to the input "
+             "format and accumulate dQ/dK/dV per block in it; bound derived in "
+             "attention.flash_attention_backward")  # fmt: skip
+
+
+@register("aten._scaled_dot_product_flash_attention_for_cpu_backward.default")
+def flash_attention_backward(call: Call) -> list[Out | None]:
+    """``(grad_out, query, key, value, out, logsumexp, dropout_p, is_causal, *, attn_mask,
+    scale) -> (grad_query, grad_key, grad_value)``, bounded.
+
+    P = exp(s - lse) with the given lse, rho its relative error (:func:`_probs`, 1-ulp exp),
+    P' = P(1+rho') with rho' = (1+rho)(1+u_low)-1 (+tiny). dV = P'^T dO: E = sum P rho' |dO| +
+    g_{Lq+2} sum P(1+rho')|dO|, plus g_{Bq}(u_low) of that magnitude for the per-q-block
+    accumulation in a low format. dP = dO v^T (e <= g_D sum|dO||v|), D = rowsum(dO*out)
+    (e <= g_{D+1} sum|dO out|); dS = P~ (dP~ - D~) (2 roundings): e_dS = (P rho |dP-D| +
+    P(1+rho)(e_dP+e_D))(1+g_2) + g_2 P(1+rho)|dP-D|, then the low rounding u_low(|dS|+e_dS)
+    (+tiny, + 4 half-subnormals for underflow). dQ = scale dS' k: scale (sum e_dS' |k| +
+    g_{Lk+3} sum (|dS|+e_dS')|k|) plus
+    g_{Bk}(u_low) of that magnitude, plus (Lk+4) half-subnormals for underflow in the sums;
+    dK likewise with q and the q blocks.
+    """
+    _no_dropout(call)
+    go, q, k, v, out = (np.asarray(call.arg(i, n), np.float64) for i, n in
+                        enumerate(("grad_out", "query", "key", "value", "out")))  # fmt: skip
+    lse = np.asarray(call.arg(5, "logsumexp"), np.float64)[..., None]
+    causal = bool(call.arg(7, "is_causal", False))
+    name = call.out_dtypes[0]
+    u_low, tiny = _UNIT[name], _TINY[name]
+    s, e_s, scale = _scores(call, q, k, causal)
+    lq, lk, d = s.shape[-2], s.shape[-1], q.shape[-1]
+    bq = -(-lq // _q_block(lq))
+    bk = -(-lk // _KV_BLOCK)
+    finite = ~np.isneginf(s)
+    low = name != "float32"
+    p, rho = _probs(s, lse, e_s, _FEXP if low else _EXP_U10, 3 if low else 1)
+    tiny_t = np.where(finite, tiny, 0.0)
+    rho1 = (1 + rho) * (1 + u_low) - 1
+    agt = np.abs(go)
+    dv = _mm(np.swapaxes(p, -1, -2), go)
+    mag_v = _mm(np.swapaxes(p * (1 + rho1) + tiny_t, -1, -2), agt)
+    e_dv = _mm(np.swapaxes(p * rho1 + tiny_t, -1, -2), agt) + gamma(lq + 2) * mag_v
+    e_dv += gamma(bq, u_low) * (mag_v + e_dv) if u_low else 0.0
+    e_dv += (lq + 4) * _UFL
+    dp = _mm(go, np.swapaxes(v, -1, -2))
+    e_dp = gamma(d) * _mm(agt, np.swapaxes(np.abs(v), -1, -2))
+    dd = (go * out).sum(-1, keepdims=True)
+    e_d = gamma(d + 1) * np.abs(go * out).sum(-1, keepdims=True)
+    diff = dp - dd
+    ds = p * diff
+    e_ds = (p * rho * np.abs(diff) + p * (1 + rho) * (e_dp + e_d)) * (1 + gamma(2))
+    e_ds += gamma(2) * p * (1 + rho) * np.abs(diff)
+    e_ds = np.where(finite, e_ds + u_low * (np.abs(ds) + e_ds) + tiny_t + 4 * _UFL, 0.0)
+    ads = np.abs(ds) + e_ds
+    dq = scale * _mm(ds, k)
+    mag_q = scale * _mm(ads, np.abs(k))
+    e_dq = scale * _mm(e_ds, np.abs(k)) + gamma(lk + 3) * mag_q
+    e_dq += gamma(bk, u_low) * (mag_q + e_dq) if u_low else 0.0
+    e_dq += (lk + 4) * _UFL
+    dk = scale * _mm(np.swapaxes(ds, -1, -2), q)
+    mag_k = scale * _mm(np.swapaxes(ads, -1, -2), np.abs(q))
+    e_dk = scale * _mm(np.swapaxes(e_ds, -1, -2), np.abs(q)) + gamma(lq + 3) * mag_k
+    e_dk += gamma(bq, u_low) * (mag_k + e_dk) if u_low else 0.0
+    e_dk += (lq + 4) * _UFL
+    e_dq, e_dk, e_dv = (e + tiny for e in (e_dq, e_dk, e_dv))  # a subnormal result flushed
+    names = call.out_dtypes
+    return [bounded(to(dq, names[0]), e_dq * _SLACK, _REASON_B, center=dq),
+            bounded(to(dk, names[1]), e_dk * _SLACK, _REASON_B, center=dk),
+            bounded(to(dv, names[2]), e_dv * _SLACK, _REASON_B, center=dv)]  # fmt: skip
