@@ -117,6 +117,10 @@ def test_broadcast_and_large() -> None:
     assert verdicts(aten.addcmul_.default, s.clone(), t1, t2, value=0.3) == ["identical"]
     assert verdicts(aten.addcmul.default, t1, s, t2, value=0.3) == ["identical"]
     assert verdicts(aten.lerp_.Scalar, s.clone(), t1, 0.1) == ["identical"]
+    z = torch.tensor(0.25)  # 0-d tensors keep their shape
+    assert verdicts(aten.lerp_.Scalar, z.clone(), torch.tensor(1.5), 0.1) == ["identical"]
+    assert verdicts(aten.addcmul_.default, z.clone(), z, torch.tensor(3.0)) == ["identical"]
+    assert verdicts(aten.addcdiv.default, z, z, torch.tensor(3.0)) == ["identical"]
     big = torch.randn(70001, generator=g)
     other = torch.randn(70001, generator=g)
     assert verdicts(aten.lerp_.Scalar, big.clone(), other, 0.1) == ["identical"]

@@ -123,7 +123,7 @@ def test_ternary_identical(dtype: torch.dtype, kind: str) -> None:
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_unary(dtype: torch.dtype) -> None:
     a = tlist(dtype, 6)
-    for kind in ("neg", "abs", "reciprocal"):
+    for kind in ("neg", "abs", "reciprocal", "sign"):
         assert ident(verdicts(op(f"_foreach_{kind}.default"), a))
         assert ident(verdicts(op(f"_foreach_{kind}_.default"), [t.clone() for t in a]))
     assert ident(verdicts(aten._foreach_zero_.default, [t.clone() for t in a]))
@@ -132,6 +132,16 @@ def test_unary(dtype: torch.dtype) -> None:
         assert set(v) <= {"identical", "bounded"}, v
         v = verdicts(sq, a)  # negative inputs: NaN in both
         assert set(v) <= {"identical", "bounded"}, v
+
+
+def test_copy_identical() -> None:
+    for dst_dt, src_dt in ((torch.float32, torch.float32), (torch.bfloat16, torch.float32),
+                           (torch.float32, torch.float16),
+                           (torch.float16, torch.float32)):  # fmt: skip
+        dst, src = tlist(dst_dt, 1), tlist(src_dt, 2)
+        assert ident(verdicts(aten._foreach_copy_.default, dst, src)), (dst_dt, src_dt)
+    zero_d = [torch.tensor(0.01), torch.tensor(1.0)]  # ASGD's step sizes: 0-d tensors
+    assert ident(verdicts(aten._foreach_copy_.default, zero_d, [torch.tensor(0.5)] * 2))
 
 
 def test_sqrt_bound_holds_and_catches() -> None:
@@ -263,5 +273,6 @@ def test_registered() -> None:
                  "_foreach_addcmul_.Scalar", "_foreach_addcdiv_.ScalarList",
                  "_foreach_addcdiv_.Tensor", "_foreach_sqrt.default", "_foreach_maximum_.List",
                  "_foreach_neg.default", "_foreach_reciprocal_.default", "_foreach_norm.Scalar",
-                 "_foreach_sub.List", "_foreach_zero_.default"):  # fmt: skip
+                 "_foreach_sub.List", "_foreach_zero_.default", "_foreach_copy_.default",
+                 "_foreach_sign_.default"):  # fmt: skip
         assert f"aten.{name}" in have, name

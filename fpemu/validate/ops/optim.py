@@ -197,9 +197,7 @@ def _shaped(o: Out, shape: tuple[int, ...] | None) -> Out:
         return o
     center = None if o.center is None else np.broadcast_to(o.center, shape)
     err = o.err if o.err is None or np.ndim(o.err) == 0 else np.broadcast_to(o.err, shape)
-    return Out(
-        np.ascontiguousarray(np.broadcast_to(o.value, shape)), o.exact, center, err, o.reason
-    )
+    return Out(np.array(np.broadcast_to(o.value, shape)), o.exact, center, err, o.reason)
 
 
 @register("aten.lerp.Scalar", "aten.lerp_.Scalar", "aten.lerp.Tensor", "aten.lerp_.Tensor")

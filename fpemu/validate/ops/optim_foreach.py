@@ -62,7 +62,7 @@ _S4 = (*_S3, "Tensor")
 _BINARY = {"add": _S4, "sub": _S3, "mul": _S4, "div": _S4, "maximum": _S3, "minimum": _S3}
 _TERNARY = {"lerp": _S3, "addcmul": ("Scalar", "ScalarList", "Tensor"),
             "addcdiv": ("Scalar", "ScalarList", "Tensor")}  # fmt: skip
-_UNARY = ("sqrt", "neg", "abs", "reciprocal", "zero")
+_UNARY = ("sqrt", "neg", "abs", "reciprocal", "sign", "zero")
 
 
 def _tensors(x: Any, name: str) -> list[np.ndarray]:
@@ -192,6 +192,9 @@ def _unary(kind: str, a: np.ndarray, out: str) -> Out:
         return exact(-a)
     if kind == "abs":
         return exact(np.abs(a))
+    if kind == "sign":  # NaN and -0 give +0
+        with np.errstate(invalid="ignore"):
+            return exact(np.where(a > 0, 1, np.where(a < 0, -1, 0)).astype(a.dtype))
     if kind == "reciprocal":
         return _calc(out, lambda x: 1 / x, a)
     if out not in (*_VIA32, "float64"):
@@ -226,6 +229,12 @@ def _norm(a: np.ndarray, ord_: Any, out: str) -> Out:
     return bounded(value, err, why, center=center)
 
 
+def _copy(a: np.ndarray, src: np.ndarray, out: str) -> Out:
+    if out in _LOW and src.dtype == np.float64:
+        src = to(src, "float32")
+    return exact(np.array(np.broadcast_to(to(src, out), a.shape)))
+
+
 def foreach(call: Call) -> list[Out | None]:
     """Every ``_foreach_`` op this module registers: one Out per tensor of the list."""
     base, overload = call.op.split(".")[1:3]
@@ -235,6 +244,9 @@ def foreach(call: Call) -> list[Out | None]:
     outs = _out_list(call, len(selfs))
     if kind == "norm":
         return [_norm(a, call.arg(1, "ord", 2), o) for a, o in zip(selfs, outs, strict=True)]
+    if kind == "copy":  # src converted to self's dtype (through float32 for the low formats)
+        srcs = _tensors(call.arg(1, "src"), "src")
+        return [_copy(a, src, o) for a, src, o in zip(selfs, srcs, outs, strict=True)]
     if kind in _UNARY:
         return [_unary(kind, a, o) for a, o in zip(selfs, outs, strict=True)]
     if kind in _BINARY:
@@ -268,7 +280,8 @@ def _names() -> list[str]:
     got = [f"aten._foreach_{n}" for n in ops] + [
         f"aten._foreach_{n.replace('.', '_.', 1)}" for n in ops
     ]
-    return [*got, "aten._foreach_zero_.default", "aten._foreach_norm.Scalar"]
+    return [*got, "aten._foreach_zero_.default", "aten._foreach_norm.Scalar",
+            "aten._foreach_copy_.default"]  # fmt: skip
 
 
 register(*_names())(foreach)
