@@ -210,7 +210,8 @@ def _step(make: object, steps: int = 3) -> None:
         opt.step()
 
 
-_BOUNDED_OK = {"aten._foreach_sqrt.default", "aten._foreach_norm.Scalar"}
+_BOUNDED_OK = {"aten._foreach_sqrt.default", "aten._foreach_sqrt_.default",
+               "aten._foreach_norm.Scalar"}  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -276,3 +277,25 @@ def test_registered() -> None:
                  "_foreach_sub.List", "_foreach_zero_.default", "_foreach_copy_.default",
                  "_foreach_sign_.default"):  # fmt: skip
         assert f"aten.{name}" in have, name
+
+
+_OPTIMIZERS = ["SGD", "Adam", "AdamW", "Adagrad", "RMSprop", "Adamax", "NAdam", "RAdam", "ASGD",
+               "Adadelta", "Rprop"]  # fmt: skip
+
+
+@pytest.mark.parametrize("cls", _OPTIMIZERS)
+def test_every_optimizer_foreach_traced(cls: str) -> None:
+    """Every torch.optim optimizer's multi-tensor step: each _foreach_/lerp/addcmul/addcdiv op
+    it dispatches is emulated, and identical (sqrt: within its bound)."""
+    mine = set(names())
+    kw: dict[str, object] = {"foreach": True}
+    kw.update({"SGD": {"lr": 0.1, "momentum": 0.9}, "Adam": {"maximize": True, "amsgrad": True},
+               "RMSprop": {"momentum": 0.9, "centered": True}}.get(cls, {}))  # fmt: skip
+    ours = ("_foreach_", "lerp", "addcmul", "addcdiv")
+    mode = trace_judged(lambda: _step(lambda ps: getattr(torch.optim, cls)(ps, **kw), 2),
+                        lambda n: n in mine and any(k in n for k in ours))  # fmt: skip
+    dispatched = {n for n in mode.all if n.startswith("aten._foreach_")}
+    assert dispatched and dispatched <= mine, dispatched - mine
+    for name, vs in mode.seen.items():
+        allowed = {"identical", "bounded"} if name in _BOUNDED_OK else {"identical"}
+        assert set(vs) <= allowed, (name, vs)
