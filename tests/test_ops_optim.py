@@ -168,7 +168,15 @@ def test_fma32_against_exact_fractions() -> None:
     g = np.random.default_rng(11)
     a, b = g.standard_normal(300).astype(np.float32), g.standard_normal(300).astype(np.float32)
     c = (-(a.astype(np.float64) * b) * (1 + 1e-7 * g.standard_normal(300))).astype(np.float32)
+    # the float64 sum lands exactly on a float32 midpoint the exact value is not on (naive
+    # double rounding would tie to even: 1 + 2^-22), and float32-subnormal results
+    u = 2.0**-23
+    a = np.append(a, np.float32([1 + u, 1 + u, 2.0**-70, -(2.0**-75), 3.0]))
+    b = np.append(b, np.float32([2.0**-24 * (1 - u), -(2.0**-24) * (1 - u), 1.5 * 2.0**-70,
+                                 2.0**-70, 2.0**-130]))  # fmt: skip
+    c = np.append(c, np.float32([1 + u, -(1 + u), 2.0**-148, 2.0**-147, 2.0**-149]))
     got = fma32(a, b, c)
+    assert got[300] == np.float32(1 + u)
     for x, y, z, r in zip(a, b, c, got, strict=True):
         exact_value = Fraction(float(x)) * Fraction(float(y)) + Fraction(float(z))
         # the float32 nearest to the exact value (ties to even) via float64 round-to-odd-free path

@@ -49,9 +49,11 @@ def simd(call: Call) -> bool:
 def fma32(a: Any, b: Any, c: Any) -> np.ndarray:
     """Correctly rounded float32 ``a * b + c`` of float32 arrays (what ``vfmadd`` computes).
 
-    ``a * b`` is exact in float64; the float64 sum is made round-to-odd with the TwoSum error,
-    and a round-to-odd value with >= 2 extra bits (53 >= 24 + 2) narrows to float32 with one
-    correct rounding.
+    ``a * b`` is exact in float64, so the float64 sum is off the exact value by less than half
+    a float64 ulp; narrowing it to float32 rounds correctly unless it landed exactly on a
+    float32 midpoint (its low 29 bits ``1000...0``) or in float32's subnormal range. Only those
+    elements are redone: the sum made round-to-odd with the TwoSum error (53 >= 24 + 2 bits
+    makes the narrowing a single rounding).
 
     >>> float(fma32(np.float32(3.0), np.float32(1 / 3), np.float32(-1.0)))
     2.9802322387695312e-08
@@ -59,11 +61,17 @@ def fma32(a: Any, b: Any, c: Any) -> np.ndarray:
     c64 = np.asarray(c, np.float64)
     with np.errstate(invalid="ignore", over="ignore"):
         p = np.asarray(a, np.float64) * np.asarray(b, np.float64)
-        s = p + c64
-        bp = s - c64
-        err = (p - (s - bp)) + (c64 - bp)
-        fix = (err != 0) & np.isfinite(s) & ((s.view(np.int64) & 1) == 0)
-        s = np.where(fix, np.nextafter(s, np.where(err > 0, np.inf, -np.inf)), s)
+        s = np.asarray(p + c64)
+        low = s.view(np.int64) & 0x1FFFFFFF
+        suspect = (low == 0x10000000) | (np.abs(s) < 2.0**-126)
+        if suspect.any():
+            pb, cb = np.broadcast_to(p, s.shape)[suspect], np.broadcast_to(c64, s.shape)[suspect]
+            sb = pb + cb  # TwoSum: err = (pb + cb) - sb exactly
+            pv = sb - cb
+            err = (cb - (sb - pv)) + (pb - pv)
+            fix = (err != 0) & np.isfinite(sb) & ((sb.view(np.int64) & 1) == 0)
+            s = s.copy()
+            s[suspect] = np.where(fix, np.nextafter(sb, np.where(err > 0, np.inf, -np.inf)), sb)
         return np.asarray(s.astype(F32))
 
 
