@@ -15,7 +15,7 @@ from fpemu.validate.watch.convert import to_numpy  # noqa: E402
 from fpemu.validate.watch.verdict import judge  # noqa: E402
 from tests.optim_trace_util import trace_judged  # noqa: E402
 from tests.test_ops_optim import adversarial, offset  # noqa: E402
-from tests.watch_ops_util import emulate, one_ulp_off, verdicts  # noqa: E402
+from tests.watch_ops_util import capability, emulate, one_ulp_off, verdicts  # noqa: E402
 
 aten = torch.ops.aten
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
@@ -37,9 +37,12 @@ def op(name: str) -> object:
     return getattr(getattr(aten, base), overload)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32], ids=str)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("kind", ["add", "sub", "mul", "div", "maximum", "minimum"])
 def test_binary_identical(dtype: torch.dtype, kind: str) -> None:
+    """Identical, except alpha != 1 with a 0-d other (float32) or in a low format on the SIMD
+    builds, where which loop computes an element is not known: bounded."""
+    low_simd = dtype != torch.float32 and capability() != "default"
     a, b = tlist(dtype, 1), tlist(dtype, 2)
     for inplace in ("", "_"):
         name = f"_foreach_{kind}{inplace}"
@@ -52,7 +55,11 @@ def test_binary_identical(dtype: torch.dtype, kind: str) -> None:
         for alpha in alphas:
             kw = {} if alpha is None else {"alpha": alpha}
             v = verdicts(op(f"{name}.List"), [t.clone() for t in a], b, **kw)
-            assert ident(v), (name, alpha, v)
+            if (low_simd and alpha not in (None, 1)) or kind in ("maximum", "minimum"):
+                # (maximum/minimum: a +0/-0 tie in the lists, its zero's sign is not judged)
+                assert set(v) <= {"identical", "bounded"}, (name, alpha, v)
+            else:
+                assert ident(v), (name, alpha, v)
         if kind in ("add", "mul", "div"):
             for alpha in (1, 0.3) if kind == "add" else (None,):
                 kw = {} if alpha is None else {"alpha": alpha}
@@ -72,10 +79,26 @@ def test_div_low_formats_identical() -> None:
         assert ident(verdicts(aten._foreach_div.Tensor, a, torch.tensor(0.7, dtype=dtype)))
 
 
-def test_low_format_binary_not_emulated() -> None:
-    a = [torch.ones(3, dtype=torch.bfloat16)]
-    with pytest.raises(TypeError, match="bfloat16 tensors are not emulated"):
-        verdicts(aten._foreach_add.Scalar, a, 0.9)
+@pytest.mark.parametrize(
+    "name,rounds",
+    [("_foreach_add.Scalar", True), ("_foreach_sub_.Scalar", True),
+     ("_foreach_mul.Scalar", False), ("_foreach_mul_.Scalar", True),
+     ("_foreach_div_.Scalar", False)],
+)  # fmt: skip
+def test_low_format_scalar_rounding(name: str, rounds: bool) -> None:
+    """Measured: add/sub and in-place mul_ round a Python scalar to bfloat16 first, mul and
+    div keep it in float32; the emulation is identical and the other model would differ."""
+    a = tlist(torch.bfloat16, 4)
+    outs, em = emulate(op(name), [t.clone() for t in a], 0.9)
+    t = to_numpy(outs[3])
+    assert em[3] is not None and judge(t, em[3]).verdict == "identical"
+    x = to_numpy(a[3]).astype(np.float32)
+    s = np.float32(0.9) if rounds else to_numpy(torch.tensor(0.9, dtype=torch.bfloat16))
+    f = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide}
+    kind = name.split(".", maxsplit=1)[0].removeprefix("_foreach_").removesuffix("_")
+    with np.errstate(all="ignore"):
+        other = to_numpy(torch.from_numpy(f[kind](x, np.float32(s))).to(torch.bfloat16))
+    assert judge(other, em[3]).verdict == "differs", name
 
 
 def test_maximum_ties_and_nan() -> None:

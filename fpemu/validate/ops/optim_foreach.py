@@ -10,7 +10,13 @@ measured (tests/test_ops_optim_foreach.py under ATEN_CPU_CAPABILITY default, avx
   body and GCC's auto-vectorised remainder rounds ``alpha*other`` first, at positions that depend
   on the data's alignment: bounded by that product's rounding, ``2^-24 |alpha*other|``;
 * ``div`` by a scalar is a true float32 division (no reciprocal), ``maximum``/``minimum``
-  propagate NaN and keep ``self`` on ties (``max(-0, +0) = -0``);
+  propagate NaN; on a +0/-0 tie the scalar loop keeps ``self`` and the vector loop the other
+  operand (the zero's sign is left unjudged where a list holds such a tie);
+* float16/bfloat16 tensors: ``add``/``sub``, ``maximum``/``minimum`` and in-place ``mul_``
+  round a Python scalar to the tensor's format first, ``mul`` and ``div`` keep it in float32;
+  ``alpha`` is rounded to the format, and ``self + alpha*other`` is fused in the SIMD vector
+  loop but rounded op by op in the low format on the default build and in the SIMD builds'
+  scalar loop (positions not known): bounded by the span of the two;
 * ``sqrt`` is oneMKL's vector sqrt, not correctly rounded: bounded, within 1 ulp (measured: max
   0.551 ulp of the float32 result from the exact root over 10^6 random and 2x10^5 adversarial
   float32 inputs, torch 2.13 CPU, all three capabilities; oneMKL VM documents its HA accuracy
@@ -42,6 +48,7 @@ from fpemu.validate.ops.optim import (
     addcdiv32,
     addcmul32,
     arr,
+    fma32,
     lerp32,
     madd,
     scalar32,
@@ -116,8 +123,9 @@ def _add(a: np.ndarray, b: Any, alpha: Any, out: str, fused: bool, sign: float) 
         return _f64("addcmul", arr(a, "self").astype(np.float64), np.float64(al),
                     np.asarray(_operand(b, out), np.float64), 1.0, fused)  # fmt: skip
     x, y, a32 = arr(a, "self"), np.asarray(_operand(b, out), F32), scalar32(al, "alpha")
-    if out in _LOW and not isinstance(b, np.ndarray):
-        y = to(y, out).astype(F32)  # add reads its scalar after the cast to the tensor's dtype
+    if out in _LOW:
+        return _add_low(x, y if isinstance(b, np.ndarray) else to(y, out).astype(F32),
+                        to(a32, out).astype(F32), out, fused)  # fmt: skip
     one = madd(y, a32, x, fused=fused)
     if not fused or (isinstance(b, np.ndarray) and b.ndim > 0 and b.shape == a.shape):
         return exact(to(one, out))
@@ -137,14 +145,41 @@ def _add(a: np.ndarray, b: Any, alpha: Any, out: str, fused: bool, sign: float) 
                    center=center)  # fmt: skip
 
 
-def _binary(kind: str, a: np.ndarray, b: Any, alpha: Any, out: str, fused: bool) -> Out:
-    if out in _LOW and kind != "div":
-        # measured: these kernels round their scalar (and alpha) to the low format in some
-        # loops and not in others; not emulated rather than guessed
-        raise TypeError(f"_foreach_{kind}: {out} tensors are not emulated (float32/float64 are)")
+def _add_low(x: np.ndarray, y: np.ndarray, al: np.ndarray, out: str, fused: bool) -> Out:
+    """float16/bfloat16 ``self + alpha*other``, ``alpha`` rounded to the low format: the SIMD
+    vector loop fuses it in float32, the default build (and the SIMD builds' scalar loop, at
+    positions not known) rounds ``alpha*other`` to the low format first. Where the two differ
+    the kernel's float32 value is one of the two: bounded by their span."""
+    with np.errstate(all="ignore"):
+        per_op = np.asarray(x + to(al * y, out).astype(F32), F32)
+        if not fused:
+            return exact(to(per_op, out))
+        one = fma32(y, al, x)
+        if np.array_equal(to(one, out).view(np.uint8), to(per_op, out).view(np.uint8)):
+            return exact(to(one, out))
+        lo = np.minimum(one, per_op).astype(np.float64)
+        hi = np.maximum(one, per_op).astype(np.float64)
+        same = hi == lo  # (also equal infinities: no span)
+        err, center = np.where(same, 0.0, (hi - lo) / 2), np.where(same, lo, (lo + hi) / 2)
+    why = "alpha*other fused in the vector loop, rounded to the low format in the scalar loop"
+    return bounded(to(one, out), err, why, center=center)
+
+
+def _binary(
+    kind: str, a: np.ndarray, b: Any, alpha: Any, out: str, fused: bool, inplace: bool
+) -> Out:
     if kind in ("add", "sub"):
         return _add(a, b, alpha, out, fused, -1.0 if kind == "sub" else 1.0)
     y = _operand(b, out)
+    if (
+        out in _LOW
+        and not isinstance(b, np.ndarray)
+        and (kind != "mul" or inplace)
+        and kind != "div"
+    ):
+        # measured: maximum/minimum and in-place mul_ round a Python scalar to the low format
+        # first; mul and div keep it in float32
+        y = to(y, out)
     if kind == "mul":
         return _calc(out, lambda x, z: x * z, a, y)
     if kind == "div":
@@ -255,9 +290,9 @@ def foreach(call: Call) -> list[Out | None]:
             other = call.arg(1, "scalars")
         bs = _per(other, len(selfs), overload, "other")
         alpha = call.kwargs.get("alpha", 1)
-        return [
-            _binary(kind, a, b, alpha, o, fused) for a, b, o in zip(selfs, bs, outs, strict=True)
-        ]
+        inplace = base.endswith("_")
+        return [_binary(kind, a, b, alpha, o, fused, inplace)
+                for a, b, o in zip(selfs, bs, outs, strict=True)]  # fmt: skip
     t1 = _tensors(call.arg(1, "tensors1" if kind == "lerp" else "tensor1"), "tensors1")
     if kind == "lerp":
         third = _per(call.arg(2, "weight"), len(selfs), overload, "weight")
