@@ -158,8 +158,12 @@ def _f64(kind: str, s: Any, a: Any, b: Any, v: Any, fused: bool) -> Out:
         else:
             p = (v * a) * b
             r = s + p
+        ambiguous = False
+        if kind == "lerp":  # the scalar loop's ``end - (end-self)*(1-w)``: another zero sign
+            r2 = np.where(small, r, a - (a - s) * (1.0 - w))
+            ambiguous = not np.array_equal(r.view(np.uint64), np.asarray(r2).view(np.uint64))
         if not fused:
-            return exact(r)
+            return bounded(r, 0.0, _ZERO_SIGN) if ambiguous else exact(r)
         err = _U64 * (np.abs(p) + np.abs(r))
     return bounded(r, err, "float64 multiply-add fused on this build: NumPy rounds the product "
                    "once more (bound 2^-53 (|product| + |result|))")  # fmt: skip
