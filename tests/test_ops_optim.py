@@ -175,6 +175,13 @@ def test_fma32_against_exact_fractions() -> None:
     b = np.append(b, np.float32([2.0**-24 * (1 - u), -(2.0**-24) * (1 - u), 1.5 * 2.0**-70,
                                  2.0**-70, 2.0**-130]))  # fmt: skip
     c = np.append(c, np.float32([1 + u, -(1 + u), 2.0**-148, 2.0**-147, 2.0**-149]))
+    # a family of float64-midpoint hits: c = 1 + k u, a*b = 2^-24 (1 - u^2) = half an ulp
+    # minus a sliver, for many k (odd and even last bits), both signs
+    k = np.arange(1, 200, dtype=np.float64)
+    sign = np.where(k % 3 == 0, -1.0, 1.0)
+    a = np.append(a, np.float32(sign * (1 + u)))
+    b = np.append(b, np.full(k.size, 2.0**-24 * (1 - u), np.float32))
+    c = np.append(c, np.float32(sign * (1 + k * u)))
     got = fma32(a, b, c)
     assert got[300] == np.float32(1 + u)
     for x, y, z, r in zip(a, b, c, got, strict=True):

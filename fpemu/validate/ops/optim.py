@@ -58,21 +58,24 @@ def fma32(a: Any, b: Any, c: Any) -> np.ndarray:
     >>> float(fma32(np.float32(3.0), np.float32(1 / 3), np.float32(-1.0)))
     2.9802322387695312e-08
     """
-    c64 = np.asarray(c, np.float64)
     with np.errstate(invalid="ignore", over="ignore"):
-        p = np.asarray(a, np.float64) * np.asarray(b, np.float64)
-        s = np.asarray(p + c64)
-        low = s.view(np.int64) & 0x1FFFFFFF
-        suspect = (low == 0x10000000) | (np.abs(s) < 2.0**-126)
-        if suspect.any():
-            pb, cb = np.broadcast_to(p, s.shape)[suspect], np.broadcast_to(c64, s.shape)[suspect]
+        s = np.multiply(a, b, dtype=np.float64)
+        s = np.asarray(np.add(s, c, dtype=np.float64))
+        r = np.asarray(s.astype(F32))
+        # float32 midpoints, and results below 2^-125 (subnormal, or rounded up out of them)
+        sus = ((s.view(np.int64) & 0x1FFFFFFF) == 0x10000000) | (
+            (r.view(np.uint32) & 0x7F000000) == 0
+        )
+        if sus.any():
+            ab, bb, cb = (np.broadcast_to(np.asarray(x), s.shape)[sus] for x in (a, b, c))
+            pb, cb = ab.astype(np.float64) * bb, cb.astype(np.float64)
             sb = pb + cb  # TwoSum: err = (pb + cb) - sb exactly
             pv = sb - cb
             err = (cb - (sb - pv)) + (pb - pv)
             fix = (err != 0) & np.isfinite(sb) & ((sb.view(np.int64) & 1) == 0)
-            s = s.copy()
-            s[suspect] = np.where(fix, np.nextafter(sb, np.where(err > 0, np.inf, -np.inf)), sb)
-        return np.asarray(s.astype(F32))
+            sb = np.where(fix, np.nextafter(sb, np.where(err > 0, np.inf, -np.inf)), sb)
+            r[sus] = sb.astype(F32)
+        return r
 
 
 def madd(a: Any, b: Any, c: Any, *, fused: bool) -> np.ndarray:
