@@ -185,3 +185,25 @@ def test_registered() -> None:
                  "_fused_adamw_.tensor_lr", "_fused_sgd_.default",
                  "_fused_sgd_.tensor_lr"):  # fmt: skip
         assert f"aten.{name}" in have, name
+
+
+@pytest.mark.parametrize("amsgrad", [False, True])
+def test_fused_adversarial_values(amsgrad: bool) -> None:
+    """inf/NaN/subnormal/huge gradients and states (no scaler to catch them)."""
+    ps, gs, ms, vs, vmax = state(21)
+    special = torch.tensor([float("inf"), -float("inf"), float("nan"), 1e-40, -1e-45, 3e38, -0.0])
+    for lst, scale in ((gs, 1.0), (ms, 1e-3), (ps, 1.0)):
+        for t in lst[3:]:
+            t[: special.numel()] = special[: t.numel()] * scale
+            t[-3:] = special[:3] * scale
+    vs = [v.abs() for v in vs]
+    steps = [torch.tensor(2.0) for _ in ps]
+    for fn in (aten._fused_adam_.default, aten._fused_adamw_.default):
+        v = verdicts(fn, [p.clone() for p in ps], [g.clone() for g in gs], [m.clone() for m in ms],
+                     [x.clone() for x in vs], [x.clone() for x in vmax] if amsgrad else [], steps,
+                     lr=1e-2, beta1=0.9, beta2=0.999, weight_decay=0.01, eps=1e-8,
+                     amsgrad=amsgrad, maximize=False)  # fmt: skip
+        assert v == ["identical"] * len(v), (fn, v)
+    v = verdicts(aten._fused_sgd_.default, ps, gs, ms, weight_decay=0.01, momentum=0.9, lr=0.1,
+                 dampening=0.1, nesterov=True, maximize=False, is_first_step=False)  # fmt: skip
+    assert v == ["identical"] * len(v), v
