@@ -1,4 +1,5 @@
-"""The fused optimizer kernels: ``_fused_adam_``, ``_fused_adamw_``, ``_fused_sgd_`` (float32).
+"""The fused optimizer kernels: ``_fused_adam_``, ``_fused_adamw_``, ``_fused_sgd_`` (float32;
+Adam/AdamW on float16/bfloat16 tensors in _fused_low.py).
 
 torch 2.13 CPU (aten/src/ATen/native/cpu/FusedAdamKernel.cpp, FusedSGDKernel.cpp): each tensor
 is walked in SIMD vectors (16 floats on avx512, 8 on avx2 and default) and its last
@@ -43,20 +44,30 @@ from typing import Any
 import numpy as np
 
 from fpemu.validate.ops import Call, Out, exact, register
+from fpemu.validate.ops._fused_low import adam_low
+from fpemu.validate.ops._num import fmt
 from fpemu.validate.ops.optim import F32, fma32, madd
 
 __all__ = ["fused_adam", "fused_sgd"]
 
 
-def _lists(call: Call, names: tuple[str, ...]) -> list[list[np.ndarray]]:
+def _lists(call: Call, names: tuple[str, ...], low: tuple[str, ...] = ()) -> list[list[np.ndarray]]:
+    """The tensor lists, each float32 (or, where ``low`` is given, all of the params' dtype:
+    float32 or one of ``low``)."""
     out = []
+    want = None
     for i, name in enumerate(names):
         x = call.arg(i, name)
         if not isinstance(x, (list, tuple)):
             raise TypeError(f"{name}: expected a list of tensors, got {type(x).__name__}")
         for j, t in enumerate(x):
-            if np.asarray(t).dtype != np.float32:
-                raise TypeError(f"{name}[{j}]: only float32 is emulated, got {np.asarray(t).dtype}")
+            dt = fmt(t)
+            ok = dt == "float32" if (name == "state_steps" or not low) else dt == (want or dt)
+            if want is None and name != "state_steps" and low and dt in ("float32", *low):
+                want, ok = dt, True
+            if not ok:
+                accepted = f"float32 or {'/'.join(low)}, one dtype for all" if low else "float32"
+                raise TypeError(f"{name}[{j}]: {dt} tensors are not emulated; accepted: {accepted}")
         out.append([np.asarray(t) for t in x])
     return out
 
@@ -141,7 +152,7 @@ def _adam_one(
 
 def _adam(call: Call, adamw: bool) -> list[Out | None]:
     names = ("self", "grads", "exp_avgs", "exp_avg_sqs", "max_exp_avg_sqs", "state_steps")
-    params, grads, ms, vs_, vmaxs, steps = _lists(call, names)
+    params, grads, ms, vs_, vmaxs, steps = _lists(call, names, low=("float16", "bfloat16"))
     amsgrad = bool(call.kwargs.get("amsgrad", False))
     if _skip(call):
         return [
@@ -150,6 +161,14 @@ def _adam(call: Call, adamw: bool) -> list[Out | None]:
     h = {k: float(call.kwargs[k]) for k in ("beta1", "beta2", "weight_decay", "eps")}
     h2: dict[str, Any] = {**h, "lr": _lr(call), "scale": _scale(call), "adamw": adamw,
                           "maximize": bool(call.kwargs.get("maximize", False))}  # fmt: skip
+    if params and fmt(params[0]) != "float32":
+        lows = []
+        for i, p in enumerate(params):
+            step = float(np.asarray(steps[i], np.float32).reshape(()))
+            lows.append(adam_low(p, grads[i], ms[i], vs_[i], vmaxs[i] if amsgrad else None, step,
+                                 h2, call.capability != "default", fmt(p),
+                                 32 if call.capability == "avx512" else 16))  # fmt: skip
+        return [r[k] for k in range(5 if amsgrad else 4) for r in lows]
     per: list[list[np.ndarray]] = []
     for i, p in enumerate(params):
         step = float(np.asarray(steps[i], np.float32).reshape(()))  # item<float>() as double
