@@ -251,3 +251,23 @@ def test_fused_low_format_traced() -> None:
     assert mode.seen and all(
         v in ("identical", "bounded") for vs in mode.seen.values() for v in vs
     ), mode.seen
+
+
+def test_fused_sgd_low_format_torch_bug() -> None:
+    """Evidence for the finding in optim_fused's docstring: torch's bf16 fused SGD with momentum
+    departs from its own math (momentum buffer read as float32 memory) in the vector loop."""
+    g = torch.Generator().manual_seed(0)
+    for n, broken in ((64, True), (7, False)):
+        p, gr, b = (torch.randn(n, generator=g).bfloat16() for _ in range(3))
+        buf = b.clone()
+        aten._fused_sgd_([p.clone()], [gr.clone()], [buf], weight_decay=0.0, momentum=0.9,
+                         lr=0.1, dampening=0.0, nesterov=False, maximize=False,
+                         is_first_step=False)  # fmt: skip
+        math = (b.float() * 0.9 + gr.float()).bfloat16()  # one rounding of the float32 value
+        err = (buf.float() - math.float()).abs().max().item()
+        assert (err > 1.0) == broken, (n, err)
+    em = lookup("aten._fused_sgd_.default")
+    assert em is not None
+    with pytest.raises(TypeError, match="bfloat16"):
+        bf = to_numpy(torch.zeros(2, dtype=torch.bfloat16))
+        em(Call("aten._fused_sgd_.default", ([bf], [bf], [bf]), {}, ("bfloat16",) * 3))
