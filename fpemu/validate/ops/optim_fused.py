@@ -24,8 +24,9 @@ Finding (torch 2.13 CPU): ``_fused_sgd_`` on float16/bfloat16 tensors with momen
 first step, loads the low-format momentum buffer as float32 memory (``fVec::loadu`` on the
 ``scalar_t*``) in its vector loop: the buffer comes back wrong by up to ~4e21 on 64 bfloat16
 elements, while the scalar loop (fewer than 32 elements) is correct (evidence:
-tests/test_ops_optim_fused.py::test_fused_sgd_low_format_torch_bug). Reading past a buffer
-cannot be emulated: low-format ``_fused_sgd_`` raises TypeError (not emulated).
+tests/test_ops_optim_fused.py::test_fused_sgd_low_format_torch_bug); the same loop also skips
+the parameter update (known: pytorch/pytorch#191763, fixed by pytorch/pytorch#192545 after
+2.13). Reading past a buffer cannot be emulated: low-format ``_fused_sgd_`` raises TypeError.
 
 The default build rounds every product and sum. Everything else is one float32 rounding per
 operation (``sqrt`` is the correctly rounded instruction here, unlike ``aten.sqrt``'s MKL); the
