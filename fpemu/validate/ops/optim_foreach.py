@@ -112,11 +112,16 @@ def _operand(b: Any, out: str) -> Any:
     return float(b) if out == "float64" else scalar32(b, "scalar")
 
 
+def _scalar_like(b: Any) -> bool:
+    """A Python scalar or a 0-d tensor: add casts it to the tensor's (low) dtype first."""
+    return not isinstance(b, np.ndarray) or b.ndim == 0
+
+
 def _add(a: np.ndarray, b: Any, alpha: Any, out: str, fused: bool, sign: float) -> Out:
     al = sign * float(alpha)
     if al == 1.0 or al == -1.0:  # alpha*other is exact: one rounding either way
         y = _operand(b, out)
-        if out in _LOW and not isinstance(b, np.ndarray):
+        if out in _LOW and _scalar_like(b):
             y = to(y, out)  # add reads its scalar after the cast to the tensor's dtype
         return _calc(out, (lambda x, z: x + z) if al == 1.0 else (lambda x, z: x - z), a, y)
     if out == "float64":
@@ -124,7 +129,7 @@ def _add(a: np.ndarray, b: Any, alpha: Any, out: str, fused: bool, sign: float) 
                     np.asarray(_operand(b, out), np.float64), 1.0, fused)  # fmt: skip
     x, y, a32 = arr(a, "self"), np.asarray(_operand(b, out), F32), scalar32(al, "alpha")
     if out in _LOW:
-        return _add_low(x, y if isinstance(b, np.ndarray) else to(y, out).astype(F32),
+        return _add_low(x, to(y, out).astype(F32) if _scalar_like(b) else y,
                         to(a32, out).astype(F32), out, fused)  # fmt: skip
     one = madd(y, a32, x, fused=fused)
     if not fused or (isinstance(b, np.ndarray) and b.ndim > 0 and b.shape == a.shape):
