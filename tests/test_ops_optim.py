@@ -117,6 +117,10 @@ def test_broadcast_and_large() -> None:
     assert verdicts(aten.addcmul_.default, s.clone(), t1, t2, value=0.3) == ["identical"]
     assert verdicts(aten.addcmul.default, t1, s, t2, value=0.3) == ["identical"]
     assert verdicts(aten.lerp_.Scalar, s.clone(), t1, 0.1) == ["identical"]
+    z = torch.tensor(0.25)  # 0-d tensors keep their shape
+    assert verdicts(aten.lerp_.Scalar, z.clone(), torch.tensor(1.5), 0.1) == ["identical"]
+    assert verdicts(aten.addcmul_.default, z.clone(), z, torch.tensor(3.0)) == ["identical"]
+    assert verdicts(aten.addcdiv.default, z, z, torch.tensor(3.0)) == ["identical"]
     big = torch.randn(70001, generator=g)
     other = torch.randn(70001, generator=g)
     assert verdicts(aten.lerp_.Scalar, big.clone(), other, 0.1) == ["identical"]
@@ -164,7 +168,22 @@ def test_fma32_against_exact_fractions() -> None:
     g = np.random.default_rng(11)
     a, b = g.standard_normal(300).astype(np.float32), g.standard_normal(300).astype(np.float32)
     c = (-(a.astype(np.float64) * b) * (1 + 1e-7 * g.standard_normal(300))).astype(np.float32)
+    # the float64 sum lands exactly on a float32 midpoint the exact value is not on (naive
+    # double rounding would tie to even: 1 + 2^-22), and float32-subnormal results
+    u = 2.0**-23
+    a = np.append(a, np.float32([1 + u, 1 + u, 2.0**-70, -(2.0**-75), 3.0]))
+    b = np.append(b, np.float32([2.0**-24 * (1 - u), -(2.0**-24) * (1 - u), 1.5 * 2.0**-70,
+                                 2.0**-70, 2.0**-130]))  # fmt: skip
+    c = np.append(c, np.float32([1 + u, -(1 + u), 2.0**-148, 2.0**-147, 2.0**-149]))
+    # a family of float64-midpoint hits: c = 1 + k u, a*b = 2^-24 (1 - u^2) = half an ulp
+    # minus a sliver, for many k (odd and even last bits), both signs
+    k = np.arange(1, 200, dtype=np.float64)
+    sign = np.where(k % 3 == 0, -1.0, 1.0)
+    a = np.append(a, np.float32(sign * (1 + u)))
+    b = np.append(b, np.full(k.size, 2.0**-24 * (1 - u), np.float32))
+    c = np.append(c, np.float32(sign * (1 + k * u)))
     got = fma32(a, b, c)
+    assert got[300] == np.float32(1 + u)
     for x, y, z, r in zip(a, b, c, got, strict=True):
         exact_value = Fraction(float(x)) * Fraction(float(y)) + Fraction(float(z))
         # the float32 nearest to the exact value (ties to even) via float64 round-to-odd-free path

@@ -106,8 +106,9 @@ def test_full_converts_via_float32() -> None:
     assert out.value.item() == 1.0  # a direct double -> float16 rounding would give 1 + 2**-10
 
 
-def test_grad_scaler_step_traced() -> None:
-    """A real GradScaler run (fp16 autocast, AdamW, one overflowing step) judged op by op."""
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_grad_scaler_step_traced(dtype: torch.dtype) -> None:
+    """A real GradScaler run (fp16/bf16 autocast, AdamW, one overflowing step) judged op by op."""
     mine = {
         "aten._amp_foreach_non_finite_check_and_unscale_.default",
         "aten._amp_update_scale_.default",
@@ -122,8 +123,8 @@ def test_grad_scaler_step_traced() -> None:
 
     def run() -> None:
         for step in range(4):
-            with torch.autocast("cpu", dtype=torch.float16):
-                loss = lin(x * (1e30 if step == 1 else 1.0)).float().pow(2).mean()
+            with torch.autocast("cpu", dtype=dtype):
+                loss = lin(x * (1e38 if step == 1 else 1.0)).float().pow(2).mean()
             scaler.scale(loss).backward()
             scaler.step(opt)
             scaler.update()

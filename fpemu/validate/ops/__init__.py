@@ -107,22 +107,10 @@ TABLE: dict[str, Emulation] = {}
 
 #: the modules that register emulations (imported on first lookup)
 _MODULES = (
-    "views",
-    "casts",
-    "matmul",
-    "elementwise",
-    "activations",
-    "softmax",
-    "norms",
-    "losses",
-    "reductions",
-    "embedding",
-    "conv",
-    "attention",
-    "dropout",
-    "optim",
-    "scaler",
-)
+    "views", "casts", "matmul", "elementwise", "activations", "softmax", "norms", "losses",
+    "reductions", "embedding", "conv", "attention", "dropout", "optim", "optim_foreach",
+    "optim_fused", "scaler",
+)  # fmt: skip
 _loaded: list[bool] = []
 
 

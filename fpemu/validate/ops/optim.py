@@ -49,22 +49,33 @@ def simd(call: Call) -> bool:
 def fma32(a: Any, b: Any, c: Any) -> np.ndarray:
     """Correctly rounded float32 ``a * b + c`` of float32 arrays (what ``vfmadd`` computes).
 
-    ``a * b`` is exact in float64; the float64 sum is made round-to-odd with the TwoSum error,
-    and a round-to-odd value with >= 2 extra bits (53 >= 24 + 2) narrows to float32 with one
-    correct rounding.
+    ``a * b`` is exact in float64, so the float64 sum is off the exact value by less than half
+    a float64 ulp; narrowing it to float32 rounds correctly unless it landed exactly on a
+    float32 midpoint (its low 29 bits ``1000...0``) or in float32's subnormal range. Only those
+    elements are redone: the sum made round-to-odd with the TwoSum error (53 >= 24 + 2 bits
+    makes the narrowing a single rounding).
 
     >>> float(fma32(np.float32(3.0), np.float32(1 / 3), np.float32(-1.0)))
     2.9802322387695312e-08
     """
-    c64 = np.asarray(c, np.float64)
     with np.errstate(invalid="ignore", over="ignore"):
-        p = np.asarray(a, np.float64) * np.asarray(b, np.float64)
-        s = p + c64
-        bp = s - c64
-        err = (p - (s - bp)) + (c64 - bp)
-        fix = (err != 0) & np.isfinite(s) & ((s.view(np.int64) & 1) == 0)
-        s = np.where(fix, np.nextafter(s, np.where(err > 0, np.inf, -np.inf)), s)
-        return np.asarray(s.astype(F32))
+        s = np.multiply(a, b, dtype=np.float64)
+        s = np.asarray(np.add(s, c, dtype=np.float64))
+        r = np.asarray(s.astype(F32))
+        # float32 midpoints, and results below 2^-125 (subnormal, or rounded up out of them)
+        sus = ((s.view(np.int64) & 0x1FFFFFFF) == 0x10000000) | (
+            (r.view(np.uint32) & 0x7F000000) == 0
+        )
+        if sus.any():
+            ab, bb, cb = (np.broadcast_to(np.asarray(x), s.shape)[sus] for x in (a, b, c))
+            pb, cb = ab.astype(np.float64) * bb, cb.astype(np.float64)
+            sb = pb + cb  # TwoSum: err = (pb + cb) - sb exactly
+            pv = sb - cb
+            err = (cb - (sb - pv)) + (pb - pv)
+            fix = (err != 0) & np.isfinite(sb) & ((sb.view(np.int64) & 1) == 0)
+            sb = np.where(fix, np.nextafter(sb, np.where(err > 0, np.inf, -np.inf)), sb)
+            r[sus] = sb.astype(F32)
+        return r
 
 
 def madd(a: Any, b: Any, c: Any, *, fused: bool) -> np.ndarray:
@@ -150,8 +161,12 @@ def _f64(kind: str, s: Any, a: Any, b: Any, v: Any, fused: bool) -> Out:
         else:
             p = (v * a) * b
             r = s + p
+        ambiguous = False
+        if kind == "lerp":  # the scalar loop's ``end - (end-self)*(1-w)``: another zero sign
+            r2 = np.where(small, r, a - (a - s) * (1.0 - w))
+            ambiguous = not np.array_equal(r.view(np.uint64), np.asarray(r2).view(np.uint64))
         if not fused:
-            return exact(r)
+            return bounded(r, 0.0, _ZERO_SIGN) if ambiguous else exact(r)
         err = _U64 * (np.abs(p) + np.abs(r))
     return bounded(r, err, "float64 multiply-add fused on this build: NumPy rounds the product "
                    "once more (bound 2^-53 (|product| + |result|))")  # fmt: skip
@@ -197,9 +212,7 @@ def _shaped(o: Out, shape: tuple[int, ...] | None) -> Out:
         return o
     center = None if o.center is None else np.broadcast_to(o.center, shape)
     err = o.err if o.err is None or np.ndim(o.err) == 0 else np.broadcast_to(o.err, shape)
-    return Out(
-        np.ascontiguousarray(np.broadcast_to(o.value, shape)), o.exact, center, err, o.reason
-    )
+    return Out(np.array(np.broadcast_to(o.value, shape)), o.exact, center, err, o.reason)
 
 
 @register("aten.lerp.Scalar", "aten.lerp_.Scalar", "aten.lerp.Tensor", "aten.lerp_.Tensor")
