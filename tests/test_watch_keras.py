@@ -69,6 +69,8 @@ def test_keras_steps_are_clean(policy: str, optimizer: str) -> None:
     assert {"forward", "backward", "optimizer"} <= phases
     assert ("scaler" in phases) == (policy == "mixed_float16")
     assert r.settings["steps"] == 3
-    assert {"dense", "layer_normalization", "dense_1"} <= {row["module"] for row in r.rows}
+    modules = {row["module"] for row in r.rows}  # Keras numbers layer names per process
+    assert sum(m.startswith("dense") for m in modules) == 3
+    assert sum(m.startswith("layer_normalization") for m in modules) == 1
     if policy != "float32":
         assert "Keras dtype policy" in r.settings["policy"]

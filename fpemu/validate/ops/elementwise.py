@@ -398,3 +398,18 @@ def bitwise_not(call: Call) -> list[Out | None]:
     if call.op == "aten.logical_not.default":
         return [exact(np.asarray(x == 0).astype(dtype(call.out_dtypes[0])))]
     return [exact(np.invert(x))]
+
+
+@quiet("aten.pow.Tensor_Tensor", "aten.pow_.Tensor")
+def pow_tensor(call: Call) -> list[Out | None]:
+    """``x ** y`` of two tensors (Keras's Adam computes ``beta ** step`` so): integers exactly;
+    floats as ``std::pow``/Sleef ``powf_u10`` of the opmath operands, a libm value within
+    ``K_LIBM`` ulps of the float64 power, rounded once to the output dtype (bounded)."""
+    name = call.out_dtypes[0]
+    if not is_float(name):
+        return [exact(np.power(call.args[0], call.args[1]).astype(dtype(name)))]
+    cdt = _cdt(name)
+    x, y = np.asarray(call.args[0]).astype(cdt), np.asarray(call.args[1]).astype(cdt)
+    ref = np.power(x.astype(np.float64), y.astype(np.float64))
+    c = candidates(ref, K_LIBM + 1, np.float64) if cdt == np.float64 else candidates(ref)
+    return [hull_out(c[len(c) // 2], [c[0], c[-1]], name, _LIBM)]

@@ -23,10 +23,10 @@ from typing import Any
 
 import numpy as np
 
-from fpemu.validate.ops import Call, Out, exact
+from fpemu.validate.ops import Call, Out, bounded, exact
 from fpemu.validate.ops._fp import quiet
 from fpemu.validate.ops._iv import IV, iv_out
-from fpemu.validate.ops._num import dtype, is_float
+from fpemu.validate.ops._num import dtype, is_float, to
 
 __all__ = ["amax", "maxmin_dim", "mean", "sum_"]
 
@@ -123,3 +123,36 @@ def maxmin_dim(call: Call) -> list[Out | None]:
     vals = np.take_along_axis(x, np.expand_dims(idx, d) if not keep else idx, axis=d)
     vals = vals if keep else np.squeeze(vals, axis=d)
     return [exact(np.asarray(vals).astype(x.dtype)), exact(np.asarray(idx, np.int64))]
+
+
+@quiet("aten.prod.default", "aten.prod.dim_int")
+def prod(call: Call) -> list[Out | None]:
+    """The product of the elements: exact for integers and bools (Keras multiplies shapes so,
+    wrapping as C integers do); for floats bounded by the product's ``(n-1)`` roundings in the
+    compute dtype, ``gamma_(n-1) |p|`` (Higham, eq. 3.5), then one rounding to the output."""
+    x = np.asarray(call.args[0])
+    name = call.out_dtypes[0]
+    dim = call.arg(1, "dim") if call.op.endswith("dim_int") else None
+    keep = bool(call.arg(2, "keepdim", False)) if dim is not None else False
+    axes = None if dim is None else (dim % max(x.ndim, 1),)
+    if not is_float(name):
+        with np.errstate(over="ignore"):
+            return [exact(np.prod(x, axis=axes, keepdims=keep).astype(dtype(name)))]
+    p = np.prod(x.astype(np.float64), axis=axes, keepdims=keep)
+    n = x.size if axes is None else (x.shape[axes[0]] if x.ndim else 1)
+    u = 2.0**-53 if name == "float64" else 2.0**-24
+    err = np.abs(p) * ((n - 1) * u / (1 - (n - 1) * u) + n * 2.0**-53)
+    return [bounded(to(p, name), err, f"float product of {n} factors in any order", center=p)]
+
+
+@quiet("aten.all.default", "aten.all.dim", "aten.all.dims", "aten.any.default", "aten.any.dim",
+       "aten.any.dims")  # fmt: skip
+def all_any(call: Call) -> list[Out | None]:
+    """``all``/``any`` over all or some dimensions (exact)."""
+    x = np.asarray(call.args[0]) != 0
+    dim = call.arg(1, "dim")
+    keep = bool(call.arg(2, "keepdim", False))
+    axes = None if dim is None else tuple(d % max(x.ndim, 1) for d in
+                                          ([dim] if isinstance(dim, int) else dim))  # fmt: skip
+    f = np.all if call.op.startswith("aten.all") else np.any
+    return [exact(np.asarray(f(x, axis=axes, keepdims=keep)))]

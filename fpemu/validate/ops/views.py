@@ -311,3 +311,20 @@ def _bernoulli(call: Call) -> Sequence[Out | None]:
     ok = (drawn == 0) | (drawn == 1)
     nan = np.asarray(np.nan, np.float32).astype(drawn.dtype)
     return [exact(np.where(ok, drawn, nan))]
+
+
+@register("aten.random_.default", "aten.random_.from", "aten.random_.to")
+def _random(call: Call) -> Sequence[Out | None]:
+    """Integer draws (Keras's seed generator): torch's own draw, judged to lie in the range the
+    overload promises (``[from, to)``; ``default``: ``[0, 2**mantissa]`` for floats, the dtype's
+    non-negative range for integers); an element outside it is put to the wrong side so it
+    differs."""
+    drawn = np.asarray(call.options["outputs"][0])
+    lo = call.arg(1, "from", 0) if call.op != "aten.random_.default" else 0
+    hi = call.arg(2, "to") if call.op == "aten.random_.from" else call.arg(1, "to")
+    if call.op == "aten.random_.default":
+        hi = None
+    ok = drawn >= lo
+    if hi is not None:
+        ok &= drawn < hi
+    return [exact(np.where(ok, drawn, np.asarray(lo - 1).astype(drawn.dtype)))]

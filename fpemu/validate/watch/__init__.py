@@ -42,12 +42,19 @@ class Watch:
         settings = {
             **self.settings,
             "capability": w.capability,
-            "steps": w.step + 1,
+            "steps": _training_steps(w.rows),
             "watch_seconds": round(w.seconds, 3),
         }
         return WatchReport(
             rows=list(w.rows), procedure=list(w.procedure.findings), settings=settings
         )
+
+
+def _training_steps(rows: list[dict[str, Any]]) -> int:
+    """Steps that ran a backward pass or an update (forward-only work after the last update,
+    such as a framework's end-of-epoch metrics, starts no training step)."""
+    trained = [r["step"] for r in rows if r["phase"] != "forward"]
+    return max(trained) + 1 if trained else 0
 
 
 @contextlib.contextmanager

@@ -61,7 +61,7 @@ class Procedure:
                     "every step; create the scaler once, before the loop",
                 )
             self._scaler_steps[id(args[0])] = w.current_step
-        elif name == "scaler.scale":
+        elif name in ("scaler.scale", "keras.scale_loss"):
             self._scaled_step = w.current_step
         elif name == "scaler.update":
             w.end_step()
