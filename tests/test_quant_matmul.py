@@ -88,6 +88,24 @@ def test_fma32_is_correctly_rounded() -> None:
         assert Fraction(float(g)) == Fraction(ref_fma(float(x), float(y), float(z), FLOAT32))
 
 
+def test_fma32_at_float32_midpoints() -> None:
+    """``a*b`` about half an ulp of ``c``: the float64 sum lands on or next to a float32
+    midpoint, where round-to-odd needs TwoSum's error term with the right sign (a swapped
+    TwoSum gave 1+2**-22 for fma32(1+2**-23, 2**-24 (1-2**-23), 1+2**-23), not 1+2**-23)."""
+    rng = np.random.default_rng(7)
+    c = (1 + rng.integers(0, 2**23, 200) * 2.0**-23).astype(np.float32)
+    c *= np.float32(2.0) ** rng.integers(-3, 4, 200).astype(np.float32)
+    c = np.where(rng.random(200) < 0.5, -c, c).astype(np.float32)
+    half = np.spacing(np.abs(c)).astype(np.float64) / 2
+    tweak = rng.choice([-(2.0**-23), 0.0, 2.0**-23, -(2.0**-20), 2.0**-20], 200)
+    a = (half * (1 + tweak)).astype(np.float32)
+    b = rng.choice([1 - 2.0**-23, 1.0, 1 + 2.0**-23, -1.0], 200).astype(np.float32)
+    got = fma32(a, b, c)
+    for x, y, z, g in zip(a, b, c, got, strict=True):
+        want = Fraction(ref_fma(float(x), float(y), float(z), FLOAT32))
+        assert Fraction(float(g)) == want, (float(x), float(y), float(z))
+
+
 @pytest.mark.parametrize("name", ["mxfp8_e4m3", "mxfp4", "nvfp4"])
 def test_block_scaled_operands_close_to_dequantized_product(name: str) -> None:
     rng = np.random.default_rng(2)

@@ -54,7 +54,7 @@ def fma32(a: Any, b: Any, c: Any) -> Any:
     with np.errstate(invalid="ignore", over="ignore"):
         s = p + c64
         bp = s - c64
-        e = (p - (s - bp)) + (c64 - bp)
+        e = (c64 - (s - bp)) + (p - bp)  # TwoSum: bp is the part of s that came from p
         even = (s.view(np_.int64) & 1) == 0
         fix = (e != 0) & even & np_.isfinite(s)
         s = np_.where(fix, np_.nextafter(s, np_.where(e > 0, np_.inf, -np_.inf)), s)
