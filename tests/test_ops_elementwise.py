@@ -97,9 +97,12 @@ def test_unary_exact(name: str) -> None:
     a = inputs(name, N, seed=5)
     for op in (aten.neg.default, aten.abs.default, aten.reciprocal.default):
         check(op, a)
-    # bfloat16 rsqrt: vector path rounds once, the scalar tail twice (exact on default)
-    tail = name == "bfloat16" and capability() != "default"
+    # 16-bit rsqrt: vector path rounds once, the scalar tail twice (exact on default)
+    tail = name in ("bfloat16", "float16") and capability() != "default"
     check(aten.rsqrt.default, a, claim="bounded" if tail else "exact")
+    for n in (33, 1000):  # sizes whose last elements take the scalar tail
+        big = inputs(name, n, seed=n, special=False).abs()
+        check(aten.rsqrt.default, big, claim="bounded" if tail else "exact")
     for e in (2, 2.0, 3, -1, -2, 1, -0.5):
         # float16 pow is std::pow(Half, Half) for every exponent: a libm value
         claim = "bounded" if name == "float16" or (tail and e == -0.5) else "exact"

@@ -218,8 +218,8 @@ def rsqrt(call: Call) -> list[Out | None]:
 
     torch 2.13 CPU, measured: on ``default`` both 16-bit formats round ``sqrt`` to the format
     before the division (the generic ``Vectorized`` maps ``std::sqrt`` per element); on the SIMD
-    builds the vector path rounds once, and so does float16's scalar tail, but bfloat16's scalar
-    tail rounds twice (which elements are a tail depends on torch's chunking: the hull of both).
+    builds the vector path rounds once and the scalar tail twice (which elements are a tail
+    depends on torch's chunking: the hull of both).
     """
     name = call.out_dtypes[0]
     x = call.args[0].astype(_cdt(name))
@@ -231,9 +231,7 @@ def rsqrt(call: Call) -> list[Out | None]:
         per = to(one / to(np.sqrt(x), name).astype(np.float32), name)
     if call.capability == "default":
         return [exact(per)]
-    if name == "float16":
-        return [exact(once)]
-    return [hull_out(once, [once, per], name, "bfloat16 rsqrt: vector (one rounding) or tail")]
+    return [hull_out(once, [once, per], name, "16-bit rsqrt: vector (one rounding) or tail")]
 
 
 def unary_libm(call: Call, *f64: Callable[[np.ndarray], np.ndarray]) -> list[Out | None]:
