@@ -11,6 +11,7 @@ torch = pytest.importorskip("torch")
 
 from fpemu.validate.ops import (  # noqa: E402
     Call,
+    _onednn,
     lookup,
     names,
 )
@@ -83,7 +84,11 @@ def test_transcendentals_bounded(name: str) -> None:
     out = []
     for op in (aten.sigmoid.default, aten.tanh.default, aten.silu.default):
         out += check(op, x, claim="bounded")
-    out += check(aten.gelu.default, x, claim="bounded")
+    # erf-GELU: contiguous, >= 2 elements: oneDNN's minimax GELU, exact; else ATen: bounded
+    check(aten.gelu.default, x)
+    check(aten.gelu.default, x[:3556].reshape(-1, 7).t(), claim="bounded")
+    for v in (-3.25, 0.5, 2.75):
+        check(aten.gelu.default, torch.tensor([v], dtype=x.dtype), claim="bounded")
     out += check(aten.gelu.default, x, approximate="tanh", claim="bounded")
     out += check(aten.gelu_backward.default, g, x, claim="bounded")
     out += check(aten.gelu_backward.default, g, x, approximate="tanh", claim="bounded")
@@ -98,7 +103,7 @@ def test_bounds_are_tight(name: str) -> None:
 
     x = torch.linspace(0.5, 3, 1000, dtype=torch.float64).to(getattr(torch, name))
     g = torch.linspace(-2, 2, 1000, dtype=torch.float64).to(getattr(torch, name))
-    cases = [(aten.gelu.default, (x,), {}), (aten.gelu.default, (x,), {"approximate": "tanh"}),
+    cases = [(aten.gelu.default, (x,), {"approximate": "tanh"}),
              (aten.sigmoid.default, (x,), {}), (aten.silu.default, (x,), {}),
              (aten.gelu_backward.default, (g, x), {}), (aten.silu_backward.default, (g, x), {}),
              (aten.gelu_backward.default, (g, x), {"approximate": "tanh"})]  # fmt: skip
@@ -163,6 +168,13 @@ def test_erf64_against_math_erf() -> None:
     ref = np.array([math.erf(v) for v in z.tolist()])
     assert np.max(np.abs(erf64(z) - ref)) < ERF64_ERR
     assert np.isnan(erf64(np.array([np.nan]))[0])
+
+
+def test_gelu_without_avx512_onednn_not_emulated(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without oneDNN's AVX512 kernel the erf-GELU of a contiguous tensor is not emulated."""
+    monkeypatch.setattr(_onednn, "available", lambda: False)
+    with pytest.raises(NotImplementedError, match="oneDNN"):
+        gelu(Call("aten.gelu.default", (np.float32([1.0, 2.0]),), {}, ("float32",)))
 
 
 def test_float64_transcendental_not_emulated() -> None:

@@ -102,6 +102,9 @@ def test_unary_exact(name: str) -> None:
     check(aten.rsqrt.default, a, claim="bounded" if tail else "exact")
     for n in (8, 15, 16, 17, 33):  # all-tail and vector+tail lengths (an fp16 tail rounds twice)
         check(aten.rsqrt.default, a[:n].contiguous(), claim="bounded" if tail else "exact")
+    for n in (33, 1000):  # sizes whose last elements take the scalar tail
+        big = inputs(name, n, seed=n, special=False).abs()
+        check(aten.rsqrt.default, big, claim="bounded" if tail else "exact")
     for e in (2, 2.0, 3, -1, -2, 1, -0.5):
         # float16 pow is std::pow(Half, Half) for every exponent: a libm value
         claim = "bounded" if name == "float16" or (tail and e == -0.5) else "exact"

@@ -51,8 +51,9 @@ def test_nll_loss_forward_backward(name: str, n: int) -> None:
 def test_nll_loss_1d_and_all_ignored() -> None:
     x = logp(1, 5, "float32", 0)[0]
     for reduction in (0, 1, 2):
-        check(aten.nll_loss_forward.default, x, torch.tensor(2), None, reduction, -100,
-              claim="bounded")  # fmt: skip
+        for target in (2, -100):  # total_weight: 1 kept, 0 ignored
+            check(aten.nll_loss_forward.default, x, torch.tensor(target), None, reduction, -100,
+                  claim="bounded")  # fmt: skip
     x2, t = logp(6, 5, "float32", 1), torch.full((6,), -100)
     for reduction in (1, 2):  # mean: 0/0 = NaN
         check(aten.nll_loss_forward.default, x2, t, None, reduction, -100, claim="bounded")

@@ -136,10 +136,10 @@ def _eval_table() -> np.ndarray:
 def erf_iv(z: np.ndarray) -> IV:
     """The erf value the kernel uses for float32 ``z``, as an interval around ``erf(z)``.
 
-    torch 2.13 computes float32/bfloat16 ``gelu`` with ``approximate='none'`` through oneDNN's
-    ``eltwise_gelu_erf`` (``use_mkldnn``), elsewhere through ``Vectorized<float>::erf`` or
-    ``std::erf``: measured, neither alone matches every element. Both vector forms are
-    Abramowitz-Stegun 7.1.26, ``1 - t*r(t)*exp(-z*z)``, ``t = 1/(1 + p|z|)``, documented within
+    torch 2.13 computes the 16-bit ``gelu`` and every ``gelu_backward`` with
+    ``approximate='none'`` through ``Vectorized<float>::erf`` (the vector path) or ``std::erf``
+    (scalar tails, ``default``): measured, neither alone matches every element. The vector form
+    is Abramowitz-Stegun 7.1.26, ``1 - t*r(t)*exp(-z*z)``, ``t = 1/(1 + p|z|)``, documented within
     1.5e-7 of erf; its float32 coefficients move it by at most ``sum|a_k| * 2**-24``; its float32
     evaluation error is bounded per bin of ``|z|`` (width 2**-12, :class:`_Bin`: every input of
     the bin, any FMA); libm's erff is within K_LIBM ulps (below the rest)."""

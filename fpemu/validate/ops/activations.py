@@ -6,21 +6,25 @@ The 16-bit formats compute in float32 and round once, like float32's own kernels
 ones are bounded from the kernel's own float32 formula:
 
 * where the result is monotone in each transcendental and the kernel cannot fuse anything
-  (``sigmoid``, ``silu``, ``tanh``, erf-``gelu``), the formula is evaluated at the lowest and
+  (``sigmoid``, ``silu``, ``tanh``, tanh-``gelu``), the formula is evaluated at the lowest and
   highest value the transcendental may return (``_fp.candidates``: ``K_LIBM`` ulps) and at both
   ways of each ``a*b + c`` the compiler may contract: the hull is the claim;
 * elsewhere (``gelu_backward``, ``silu_backward``) a running bound of the float32 evaluation
   (``_iv.IV``), valid for any contraction.
 
-The erf of ``gelu(approximate='none')`` is not libm's: torch 2.13 computes it through oneDNN's
-``eltwise_gelu_erf`` or ``Vectorized<float>::erf`` (Abramowitz-Stegun 7.1.26 in float32 around a
-Sleef ``expf``, vec256_float.h) or ``std::erf`` (see :func:`_erf_iv`). In the tails the float32
-evaluation cancels (``1 + erf`` near -1): the bound follows that evaluation, not the exact
+``gelu(approximate='none')`` of a contiguous tensor of two or more elements runs oneDNN's
+minimax GELU (measured): emulated bit for bit (``_onednn``, AVX512 machines; elsewhere not
+emulated). Otherwise (and in ``gelu_backward``) its erf is not libm's: ATen computes it through
+``Vectorized<float>::erf`` (Abramowitz-Stegun 7.1.26 in float32 around a Sleef ``expf``,
+vec256_float.h) or ``std::erf`` (see ``_erf.erf_iv``). In the tails the float32 evaluation
+cancels (``1 + erf`` near -1): the bound follows that evaluation, not the exact
 function (E2/E6).
 
 torch 2.13 CPU, measured (tests/test_ops_activations.py): float16 ``sigmoid_backward`` rounds to
 float16 after every operation, ``(g * (1 - y)) * y`` (E1); bfloat16 and float32 round once;
-erf-``gelu`` and its backward give NaN at +-inf and flush subnormal results to zero (oneDNN);
+oneDNN's erf-``gelu`` gives NaN at +-inf (``0 * inf`` in its Horner step) and its bfloat16
+conversion flushes subnormals; ``gelu_backward`` (erf) gives NaN at +-inf and may flush
+subnormal results (admitted: 0 is in the bound);
 ``hardtanh_backward`` gives 0 at a NaN input; ``threshold_backward`` compares 16-bit inputs with
 the threshold as float32.
 
@@ -39,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from fpemu.validate.ops import Call, Out, exact
+from fpemu.validate.ops import _onednn as onednn
 from fpemu.validate.ops._erf import erf_iv as _erf_iv
 from fpemu.validate.ops._fp import by_bits, candidates, fma32, hull_out, quiet
 from fpemu.validate.ops._iv import IV, iv_out
@@ -208,6 +213,15 @@ def silu(call: Call) -> list[Out | None]:
     return [by_bits(call.args[0], one)]
 
 
+def _onednn_gelu(x: np.ndarray, name: str) -> np.ndarray:
+    """oneDNN's GELU in float32, then its conversion to the output format (bfloat16 through
+    ``vcvtneps2bf16`` flushes subnormal float32 values to zero where the CPU has it)."""
+    y = onednn.gelu_minimax(x)
+    if name == "bfloat16" and onednn.bf16_flushes():
+        y = np.where(np.abs(y) < _F(2.0**-126), np.copysign(_F(0), y), y).astype(_F)
+    return to(y, name)
+
+
 def _gelu_erf(x: np.ndarray) -> tuple[np.ndarray, IV]:
     """``x*0.5*(1 + erf(x/sqrt2))`` with the erf interval of :func:`_erf_iv`."""
     z = (x * _F(math.sqrt(0.5))).astype(_F)
@@ -216,11 +230,9 @@ def _gelu_erf(x: np.ndarray) -> tuple[np.ndarray, IV]:
     res = X * IV.const(0.5) * (IV.const(1.0) + erf)
     with np.errstate(all="ignore"):
         val = x * _F(0.5) * (_F(1) + erf.v.astype(_F))
-    # torch 2.13 CPU, measured: gelu(+-inf) is NaN for float32 and the 16-bit formats
-    # and x*(1 + erf) may overflow before the halving: |x| >= 2**127 is not judged
-    inf = np.isinf(x)
-    err = np.where(np.abs(x) >= 2.0**127, np.inf, res.e)
-    return np.where(inf, _F(np.nan), val), IV(np.where(inf, np.nan, res.v), err)
+    # x*(1 + erf) may overflow before the halving: finite |x| >= 2**127 is not judged
+    big = (np.abs(x) >= 2.0**127) & np.isfinite(x)
+    return val, IV(res.v, np.where(big, np.inf, res.e))
 
 
 _BETA = math.sqrt(2) * (2 / math.sqrt(math.pi)) * 0.5
@@ -246,6 +258,12 @@ def gelu(call: Call) -> list[Out | None]:
     """``x*0.5*(1 + erf(x/sqrt2))`` or ``0.5*x*(1 + tanh(beta*(x + kappa*x^3)))`` (Gelu.h)."""
     name = call.out_dtypes[0]
     approx = call.kwargs.get("approximate", call.args[1] if len(call.args) > 1 else "none")
+    x0 = call.args[0]
+    if approx != "tanh" and x0.size >= 2 and x0.flags.c_contiguous and name != "float64":
+        # torch 2.13 CPU, measured: a contiguous erf-GELU of two or more elements runs oneDNN
+        if not onednn.available():  # its pre-AVX512 kernel uses oneDNN's own exp: not pinned
+            raise NotImplementedError("gelu(approximate='none') through oneDNN without AVX512")
+        return [by_bits(x0, lambda a: exact(_onednn_gelu(_x(a, name), name)))]
 
     def one(a: np.ndarray) -> Out:
         x = _x(a, name)

@@ -69,9 +69,11 @@ def nll_loss(call: Call) -> list[Out | None]:
     keep = tf != ignore
     safe = np.where(keep, tf, 0)
     picked = xs[np.arange(tf.size), safe] if tf.size else xs[:0, 0]
-    if reduction == 0:  # none: -x[b, t_b] (0 where ignored); total_weight untouched (0)
+    if reduction == 0:  # none: -x[b, t_b] (0 where ignored)
         out = np.where(keep, -picked, np.zeros_like(picked)).reshape(t.shape)
-        return [exact(out.astype(dtype(name))), None]  # total_weight: an unwritten buffer
+        # total_weight (measured): zeroed for a batch, the kept count for a single 1-d sample
+        tw0 = float(keep.sum()) if x.ndim == 1 else 0.0
+        return [exact(out.astype(dtype(name))), exact(np.asarray(tw0, dtype(call.out_dtypes[1])))]
     count = int(keep.sum())
     total, err = _sum_bound(-picked[keep].astype(np.float64), name)
     dt = dtype(name)

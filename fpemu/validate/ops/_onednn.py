@@ -1,0 +1,105 @@
+"""oneDNN's GELU (``eltwise_gelu_erf``) on AVX512: the path torch 2.13 takes for a contiguous
+``gelu(approximate='none')`` of two or more elements (``use_mkldnn``), emulated bit for bit.
+
+oneDNN's ``jit_uni_eltwise_injector::gelu_erf_minimax_approx_compute_vector_fwd`` (avx512_core)
+approximates ``erf(|x|/sqrt2)`` by one of 25 degree-5 polynomials chosen from the bits of
+``|x|`` (``(bits(|x|) + 0xc21fffff) >> 21`` clamped to [1, 24]; 23, the constant 1, beyond
+``rbound = 0x40b15cee``), evaluated by Horner with one FMA per degree, then
+``0.5 * (x * (1 + sign(x)*P))`` with single roundings. The coefficients below are oneDNN's
+``gelu_erf_minimax_polynomial`` table (float32 bit patterns, degree by degree). Measured
+(tests/test_ops_activations.py): identical to torch 2.13 for float32, bfloat16 and float16,
+random and special inputs (infinities give NaN: ``0 * inf`` in the Horner step).
+
+>>> import numpy as np
+>>> gelu_minimax(np.float32([0.0, 1.0, -1.0])).tolist()
+[0.0, 0.8413447141647339, -0.15865525603294373]
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import numpy as np
+
+from fpemu.validate.ops._fp import fma32
+
+__all__ = ["available", "bf16_flushes", "gelu_minimax"]
+
+_POL = np.array([
+    # degree 0
+    0xa6f2cb94, 0x32827792, 0x3381cc0c, 0x34523d4a, 0x351ac44d, 0x35f36d88, 0x36ee8229, 0x37b8a3bb,
+    0x3867a213, 0x3940033b, 0x3a2a5a1d, 0x3ae35863, 0x3b7828f2, 0x3c08b14b, 0x3c515ed3, 0xbb503236,
+    0xbd8d8e5e, 0xbe8abcd9, 0xbf0c19a2, 0xbeccb328, 0x3e176ced, 0x3f470d99, 0x3f7abb28, 0x3f800000,
+    0x00000000,
+    # degree 1
+    0x3f4c422a, 0x3f4c421f, 0x3f4c4207, 0x3f4c41cb, 0x3f4c413b, 0x3f4c3fad, 0x3f4c3a2f, 0x3f4c2d40,
+    0x3f4c146a, 0x3f4bc341, 0x3f4ad08c, 0x3f48f8cf, 0x3f45fac7, 0x3f404e07, 0x3f3b980f, 0x3f48dff3,
+    0x3f78b21b, 0x3fbb0704, 0x40019c32, 0x3fe536d6, 0x3f81331e, 0x3e6c8684, 0x3c98f936, 0x00000000,
+    0x3f800000,
+    # degree 2
+    0xb62173f4, 0x3735e4cf, 0x37f2ff89, 0x388c23be, 0x3917535c, 0x39ab2ab0, 0x3a60fadb, 0x3af9b960,
+    0x3b6e5491, 0x3c0a4ec5, 0x3ca5aa8c, 0x3d2138d9, 0x3d8737d4, 0x3ddfb660, 0x3e0f27ab, 0x3d94004b,
+    0xbe0efdeb, 0xbf1d96c3, 0xbf89db58, 0xbf6d9897, 0xbef69fb8, 0xbdc4f8a8, 0xbbde6422, 0x00000000,
+    0x00000000,
+    # degree 3
+    0xbe081a19, 0xbe084570, 0xbe08639b, 0xbe089837, 0xbe08f409, 0xbe09ab95, 0xbe0b66d0, 0xbe0e400a,
+    0xbe124df8, 0xbe1bde02, 0xbe2f19c9, 0xbe4931bf, 0xbe685fbc, 0xbe89c95f, 0xbe96cbca, 0xbe8044aa,
+    0xbe0550f2, 0x3dcfd6a1, 0x3e94c826, 0x3e79345f, 0x3decec91, 0x3ca46568, 0x3aa1e00a, 0x00000000,
+    0x00000000,
+    # degree 4
+    0xba3d61db, 0x39f097a3, 0x3a5845dc, 0x3ab1fa35, 0x3b0cefb8, 0x3b653ab6, 0x3bcae527, 0x3c221712,
+    0x3c6c5840, 0x3cc0a703, 0x3d1dcc19, 0x3d63656d, 0x3d955907, 0x3dbf9910, 0x3dd53f69, 0x3db7dcef,
+    0x3d639ebe, 0xba6ede48, 0xbd22be69, 0xbd041cf1, 0xbc64f5ab, 0xbb097a32, 0xb8ebf380, 0x00000000,
+    0x00000000,
+    # degree 5
+    0x3cb7d80c, 0x3c9b6050, 0x3c978d11, 0x3c92e850, 0x3c8d058b, 0x3c848454, 0x3c6cd623, 0x3c4c824b,
+    0x3c2a7935, 0x3be0b390, 0x3b0651ac, 0xbb232f53, 0xbbd42fa0, 0xbc2c5366, 0xbc492c9e, 0xbc2a7aa6,
+    0xbbd55d04, 0xba823a76, 0x3b102aa8, 0x3ae25a7e, 0x3a31f792, 0x38b84375, 0x3689bb5a, 0x00000000,
+    0x00000000,
+], np.uint32).view(np.float32).reshape(6, 25)  # fmt: skip
+_BIAS = np.int64(np.array([0xC21FFFFF], np.uint32).view(np.int32)[0])
+_RBOUND = np.array([0x40B15CEE], np.uint32).view(np.float32)[0]
+
+
+@functools.cache
+def _flags() -> tuple[str, ...]:
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            return tuple(next((ln for ln in f if ln.startswith("flags")), "").split())
+    except OSError:
+        return ()
+
+
+def bf16_flushes() -> bool:
+    """Whether oneDNN converts float32 to bfloat16 with ``vcvtneps2bf16`` (AVX512_BF16), which
+    flushes subnormal inputs to zero (measured: torch's bfloat16 gelu of 2**-126 is 0)."""
+    return "avx512_bf16" in _flags()
+
+
+@functools.cache
+def available() -> bool:
+    """Whether oneDNN on this machine runs its avx512_core kernels: the CPU has AVX512 F, BW,
+    VL and DQ (``/proc/cpuinfo``) and no ``ONEDNN_MAX_CPU_ISA``/``DNNL_MAX_CPU_ISA`` below it."""
+    for var in ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"):
+        isa = os.environ.get(var, "").upper()
+        if isa and not isa.startswith(("AVX512", "AVX10", "ALL")):
+            return False
+    return all(f in _flags() for f in ("avx512f", "avx512bw", "avx512vl", "avx512dq"))
+
+
+def gelu_minimax(x: np.ndarray) -> np.ndarray:
+    """oneDNN's float32 GELU of float32 ``x`` (see the module doc), bit for bit."""
+    x = np.asarray(x, np.float32)
+    xp = np.abs(x)
+    bits = xp.view(np.int32).astype(np.int64) + _BIAS
+    bits = (bits + 2**31) % 2**32 - 2**31  # the int32 addition wraps
+    idx = np.clip(bits.astype(np.int32) >> 21, 1, 24)
+    idx = np.where(_RBOUND < xp, 23, idx)
+    with np.errstate(all="ignore"):
+        pol = _POL[5][idx]
+        for deg in (4, 3, 2, 1, 0):
+            pol = fma32(pol, xp, _POL[deg][idx])
+        pol = np.where(np.signbit(x), -pol, pol).astype(np.float32)
+        y = x * (pol + np.float32(1))
+        return np.asarray(y * np.float32(0.5), np.float32)
