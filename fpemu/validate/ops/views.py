@@ -328,3 +328,13 @@ def _random(call: Call) -> Sequence[Out | None]:
     if hi is not None:
         ok &= drawn < hi
     return [exact(np.where(ok, drawn, np.asarray(lo - 1).astype(drawn.dtype)))]
+
+
+@register("aten.fill_.Scalar", "aten.fill.Scalar")
+def _fill(call: Call) -> Sequence[Out | None]:
+    return [_filled(np.shape(call.args[0]), call.args[1], call.out_dtypes[0])]
+
+
+@register("aten.zero_.default")
+def _zero(call: Call) -> Sequence[Out | None]:
+    return [_filled(np.shape(call.args[0]), 0, call.out_dtypes[0])]
