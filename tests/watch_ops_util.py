@@ -52,7 +52,7 @@ def verdicts(func: Any, *args: Any, **kwargs: Any) -> list[str]:
 
 def one_ulp_off(a: np.ndarray, index: int = 0) -> np.ndarray:
     """A copy of ``a`` with element ``index`` moved one ulp away from zero (bits + 1)."""
-    b = np.array(a, copy=True)
+    b = np.array(a, copy=True, order="C")  # a view of a transposed copy would drop the edit
     bits = b.reshape(-1).view(f"u{b.dtype.itemsize}")
     bits[index] += 1
     return b

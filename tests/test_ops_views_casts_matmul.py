@@ -1,0 +1,130 @@
+"""The lead's op families against torch 2.13 CPU: views, selections, joins and factories
+(exact), casts (exact: a float64 tensor goes to bfloat16/float16 through float32, two
+roundings, as torch does) and the matmul family (bounded by the float32 accumulation of K
+products). Each exact claim is tested with a planted one-ulp fault; the file reruns itself
+under ``ATEN_CPU_CAPABILITY=default`` and ``avx2``."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from fpemu.validate.watch.convert import to_numpy  # noqa: E402
+from fpemu.validate.watch.verdict import judge  # noqa: E402
+from tests.ops_nn_util import check, rerun  # noqa: E402
+from tests.watch_ops_util import emulate, one_ulp_off  # noqa: E402
+
+aten = torch.ops.aten
+FLOATS = [torch.float32, torch.bfloat16, torch.float16]
+
+
+def _x(dt: torch.dtype, *shape: int, seed: int = 0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(*shape, generator=g, dtype=torch.float64) * 3).to(dt)
+
+
+@pytest.mark.parametrize("dt", [*FLOATS, torch.int64])
+def test_views_and_selections_exact(dt: torch.dtype) -> None:
+    x = _x(dt, 4, 5, 6) if dt.is_floating_point else torch.arange(120).view(4, 5, 6)
+    check(aten.view.default, x, [20, 6])
+    check(aten.t.default, x[0])
+    check(aten.transpose.int, x, 0, 2)
+    check(aten.permute.default, x, [2, 0, 1])
+    check(aten.expand.default, x[:, :1], [4, 3, 6])
+    check(aten.unsqueeze.default, x, -1)
+    check(aten.squeeze.dim, x[:, :1], 1)
+    check(aten.slice.Tensor, x, 2, 1, 5, 2)
+    check(aten.select.int, x, 1, -1)
+    check(aten.split.Tensor, x, 2, 2)
+    check(aten.split_with_sizes.default, x, [1, 4], 1)
+    check(aten.unbind.int, x, 0)
+    check(aten.cat.default, [x, x[:1]], 0)
+    check(aten.stack.default, [x, x], 1)
+    check(aten.index_select.default, x, 1, torch.tensor([4, 0, 0]))
+    check(aten.gather.default, x, 2, torch.zeros(4, 5, 2, dtype=torch.int64))
+    check(aten.index.Tensor, x, [None, torch.tensor([1, 3])])
+    check(aten.tril.default, x[0], -1)
+    check(aten.triu.default, x[0], 1)
+    check(aten.clone.default, x)
+    check(aten.select_backward.default, x[:, 2], [4, 5, 6], 1, 2)
+    check(aten.slice_backward.default, x[:, 1:4], [4, 5, 6], 1, 1, 4, 1)
+
+
+@pytest.mark.parametrize("dt", [*FLOATS, torch.int64])
+def test_factories_exact(dt: torch.dtype) -> None:
+    v = 1 + 2**-8 + 2**-40  # a double that torch rounds twice (to float32, then the format)
+    v = v if dt.is_floating_point else 7
+    check(aten.full.default, [3, 2], v, dtype=dt)
+    check(aten.zeros.default, [2, 3], dtype=dt)
+    check(aten.ones.default, [2, 3], dtype=dt)
+    check(aten.fill_.Scalar, torch.empty(5, dtype=dt), v)
+    check(aten.zero_.default, torch.ones(5, dtype=dt))
+    check(aten.full_like.default, torch.empty(2, 2, dtype=dt), v)
+    check(aten.ones_like.default, torch.empty(2, 2, dtype=dt))
+    check(aten.arange.start_step, 2, 11, 3, dtype=torch.int64)
+
+
+@pytest.mark.parametrize("src", [torch.float64, torch.float32, torch.bfloat16, torch.float16,
+                                 torch.int64, torch.bool])  # fmt: skip
+@pytest.mark.parametrize("dst", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
+def test_casts_exact(src: torch.dtype, dst: torch.dtype) -> None:
+    if src == torch.bool:
+        x = torch.tensor([True, False, True])
+    elif src == torch.int64:
+        x = torch.tensor([0, 1, -7, 2**24 + 1, 2**40 + 3])
+    else:
+        x = _x(src, 1000)
+        if src == torch.float64:  # double-rounding cases: 1 + 2**-8 + tiny, 1 + 2**-11 + tiny
+            x[:4] = torch.tensor([1 + 2**-8 + 2**-40, 1 + 2**-11 + 2**-40, 3e-45, -7e38])
+    check(aten._to_copy.default, x, dtype=dst)
+    check(aten.copy_.default, torch.empty(x.shape, dtype=dst), x)
+
+
+def test_cast_double_rounding_is_torchs() -> None:
+    """torch's float64 -> bfloat16 rounds to float32 first: the correctly rounded cast of
+    1 + 2**-8 + 2**-40 is 1.0078125, torch's (and fpemu's emulation of it) 1.0."""
+    x = torch.tensor([1 + 2**-8 + 2**-40], dtype=torch.float64)
+    outs, em = emulate(aten._to_copy.default, x, dtype=torch.bfloat16)
+    assert float(outs[0]) == 1.0 and float(em[0].value[0]) == 1.0
+
+
+@pytest.mark.parametrize("dt", FLOATS)
+def test_matmul_family_bounded(dt: torch.dtype) -> None:
+    a, b, c = _x(dt, 16, 200, seed=1), _x(dt, 200, 24, seed=2), _x(dt, 24, seed=3)
+    check(aten.mm.default, a, b, claim="bounded")
+    check(aten.addmm.default, c, a, b, claim="bounded")
+    check(aten.addmm.default, c, a, b, beta=0.5, alpha=2.0, claim="bounded")
+    check(aten.bmm.default, torch.stack([a, -a]), torch.stack([b, b]), claim="bounded")
+    check(aten.baddbmm.default, c, torch.stack([a, a]), torch.stack([b, -b]), claim="bounded")
+    check(aten.mv.default, a, b[:, 0], claim="bounded")
+    check(aten.dot.default, a[0], b[:, 0], claim="bounded")
+
+
+@pytest.mark.parametrize("dt", [torch.bfloat16, torch.float16])
+def test_gemm_catches_one_ulp_wherever_the_bound_allows(dt: torch.dtype) -> None:
+    """A one-ulp fault must be ``differs`` on every element whose exact value lies farther
+    than the accumulation bound 2 gamma_(K+3) |a||b| from both midpoints around torch's
+    result (there no float32 accumulation order could have rounded to the neighbour); the
+    exact value and the midpoints are computed here in float64 (exact for these sizes)."""
+    a, b = _x(dt, 32, 64, seed=4), _x(dt, 64, 32, seed=5)
+    outs, em = emulate(aten.mm.default, a, b)
+    t = to_numpy(outs[0])
+    a64, b64 = a.double().numpy(), b.double().numpy()
+    exact = a64 @ b64  # products of 16-bit values and 64 of their sums are exact in float64
+    k, u = 64, 2.0**-24
+    bound = 2 * (k + 3) * u / (1 - (k + 3) * u) * (np.abs(a64) @ np.abs(b64))
+    tv = t.astype(np.float64)
+    fmt_ulp = {torch.bfloat16: 2.0**-7, torch.float16: 2.0**-10}[dt]
+    _, e = np.frexp(np.abs(tv))
+    step = np.ldexp(fmt_ulp, e - 1)  # the format's spacing at torch's value (normal range)
+    far = (np.abs(exact - (tv + step / 2)) > bound) & (np.abs(exact - (tv - step / 2)) > bound)
+    assert far.sum() > 0.5 * far.size  # most elements are far from a midpoint: a real test
+    for i in np.flatnonzero(far.ravel()):
+        faulty = one_ulp_off(t, int(i))
+        assert judge(faulty, em[0]).verdict == "differs", (int(i), float(exact.ravel()[i]))
+
+
+def test_capabilities() -> None:
+    rerun(__file__)
