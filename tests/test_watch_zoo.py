@@ -17,7 +17,7 @@ import fpemu  # noqa: E402
 from tests.watch_zoo import CONFIGS, ZOO, setup, train_step  # noqa: E402
 
 
-@functools.lru_cache(maxsize=None)  # the coverage test reads the seed-0 reports again
+@functools.cache  # the coverage test reads the seed-0 reports again
 def _run(name: str, config: str, seed: int) -> fpemu.validate.watch.WatchReport:
     model, opt, scaler, batches = setup(name, config, seed)
     with fpemu.watch() as w:
