@@ -56,6 +56,7 @@ def __getattr__(name: str) -> object:
         return watch
     raise AttributeError(f"module 'fpemu' has no attribute {name!r}")
 
+
 __all__ = [
     "ALIASES",
     "BLOCK_FORMATS",

@@ -320,8 +320,10 @@ def run_step(args: argparse.Namespace) -> int:
     from fpemu.validate.watch import watch  # noqa: PLC0415
 
     if not args.target:
-        raise UsageError("FILE.py:FUNC (missing): accepted a Python file and a function "
-                         "returning the step function, e.g. fpemu validate step t.py:setup")
+        raise UsageError(
+            "FILE.py:FUNC (missing): accepted a Python file and a function "
+            "returning the step function, e.g. fpemu validate step t.py:setup"
+        )
     steps = 3 if args.steps is None else args.steps
     if steps < 1:
         raise UsageError(f"--steps {steps}: accepted an int >= 1")
