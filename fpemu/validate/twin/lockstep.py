@@ -87,7 +87,9 @@ def lockstep_step(ck: StepChecker, opt: Optimizer, scaler: Any, loss: str,
             leaf = exact_leaf(t.params_before[n], "float32", requires_grad=True)
             leaf.grad_fmt = pol.grad_format
             got = ck._local_grad(Param(n), leaf)
-            p.grad = None if got is None else np.asarray(got[0])
+            # a copy: the scaler unscales p.grad in place, and got[0] may be the checker's
+            # cached gradient, which the explanations read later (it was unscaled twice)
+            p.grad = None if got is None else np.array(got[0], copy=True)
         scale = scaler.get_scale()
         scaler.scale(lv)  # initialises the scale on the first step, as in a real step
         done = apply_update(opt, scaler)
