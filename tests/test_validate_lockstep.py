@@ -150,10 +150,10 @@ def test_lockstep_grad_scaler_does_not_unscale_cached_gradients_twice() -> None:
     """Lockstep + GradScaler: fpemu's scaler unscales its parameter gradients in place; they
     were the checker's cached local gradients, which the explanations then unscaled again (a
     LayerNorm weight gradient judged 1.3e8 ulp off: 'unexplained' on a correct model)."""
-    torch.manual_seed(0)
+    torch.manual_seed(7)  # one thread (the module's fixture): seed 7 differs at step 1
     nn = torch.nn
     net = nn.Sequential(nn.Linear(16, 32), nn.LayerNorm(32), nn.ReLU(), nn.Linear(32, 5))
-    g = torch.Generator().manual_seed(0)
+    g = torch.Generator().manual_seed(7)
     x, y = torch.randn(32, 16, generator=g), torch.randint(0, 5, (32,), generator=g)
     r = compare_torch(net, x, y, autocast=("cpu", torch.float16), grad_scaler={},
                       optimizer="sgd", lr=0.1, steps=3, mode="lockstep")  # fmt: skip
