@@ -8,10 +8,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from fpemu.validate.ops import names  # noqa: E402
-from fpemu.validate.watch.convert import to_numpy  # noqa: E402
+from fpemu.validate.ops import Call, lookup, names  # noqa: E402
+from fpemu.validate.watch.convert import dtype_name, to_numpy, tree_to_numpy  # noqa: E402
+from fpemu.validate.watch.schema import outputs, written_ids  # noqa: E402
 from fpemu.validate.watch.verdict import judge  # noqa: E402
-from tests.watch_ops_util import emulate, judged, one_ulp_off  # noqa: E402
+from tests.watch_ops_util import capability, emulate, judged, one_ulp_off  # noqa: E402
 
 BN = torch.ops.aten.native_batch_norm.default
 BNB = torch.ops.aten.native_batch_norm_backward.default
@@ -74,6 +75,43 @@ def test_batch_norm_per_thread_layouts_bounded(
     for train in (True, False):
         v = [j.verdict for j in judged(BN, x, w, b, rm.clone(), rv.clone(), train, 0.1, 1e-5)]
         assert set(v) <= {"identical", "bounded"}, v
+
+
+def _with_threads(func: object, *args: object, threads: int) -> list[str]:
+    """Verdicts when the emulation is told torch's thread count (``Call.options``)."""
+    ids = written_ids(func, args, {})
+    np_args = tree_to_numpy(args, copy_ids=ids)
+    outs = outputs(func, args, {}, func(*args))  # type: ignore[operator]
+    call = Call(str(func), tuple(np_args), {}, tuple(dtype_name(t.dtype) for t in outs),
+                capability=capability(), options={"num_threads": threads})  # fmt: skip
+    emulated = lookup(str(func))(call)
+    return [judge(to_numpy(t), e).verdict for t, e in zip(outs, emulated, strict=True) if e]
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize(
+    ("shape", "channels_last"),
+    [((16, 6), False), ((33, 20), False), ((4, 6, 1, 1), False), ((2, 5, 3, 3), True)],
+    ids=str,
+)
+@pytest.mark.parametrize(("dt", "pdt"), BN_TYPES, ids=str)
+def test_batch_norm_channels_last_layouts_exact_given_threads(
+    dt: torch.dtype, pdt: torch.dtype, shape: tuple, channels_last: bool, threads: int
+) -> None:
+    """2-D inputs, spatial size 1 and channels-last arrays (torch's per-thread kernels) bit for
+    bit once the emulation knows the thread count, train and eval."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        x, w, b, rm, rv = _bn_args(dt, pdt, shape, threads)
+        if channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
+        for train in (True, False):
+            v = _with_threads(BN, x, w, b, rm.clone(), rv.clone(), train, 0.1, 1e-5,
+                              threads=threads)  # fmt: skip
+            assert v == ["identical"] * 5, v
+    finally:
+        torch.set_num_threads(old)
 
 
 @pytest.mark.parametrize("train", [True, False])

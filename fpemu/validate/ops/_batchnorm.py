@@ -19,9 +19,11 @@ above 1 (``batch_norm_kernel.cpp``, ``Normalization.cpp``), measured:
   last two fused on the SIMD builds (``default``: two roundings); eval mode uses ``invstd =
   1 / sqrt(running_var + float(eps))`` in float32 and leaves the running statistics alone.
 
-Other layouts (a 2-D input or spatial size 1, channels-last: per-thread partial sums whose split
-depends on the thread count), training with statistics kept in bfloat16/float16 (a model cast
-to the low format: the statistics and ``count - 1`` are rounded to it along the way), and the
+A 2-D input, spatial size 1 and channels-last inputs take torch's channels-last kernels:
+per-thread partial sums whose split depends on the thread count, exact when ``Call.options``
+carries ``num_threads`` (:func:`_stats_rows`), else bounded; eval mode needs no statistics and
+is exact on both layouts. Other strides, training with statistics kept in bfloat16/float16 (a
+model cast to the low format: the statistics and ``count - 1`` are rounded to it), and the
 backward with statistics in a low format are bounded, with the bounds derived below; the
 backward on the contiguous layout is exact in float32 (:func:`_backward_f32`) and for autocast's
 bfloat16/float16 input with float32 weights (:func:`_backward_low`).
@@ -114,27 +116,91 @@ def _stats_low(x3: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return mean, _lane_sum(sq[:, :, :nv], sq[:, :, nv:])
 
 
+def _cl_rows(x: np.ndarray) -> np.ndarray | None:
+    """(rows, C) float32 in memory order where torch takes its channels-last kernels (a 2-D
+    input, spatial size 1, or a channels-last array), else None."""
+    c = x.shape[1]
+    if x.flags["C_CONTIGUOUS"] and (x.ndim == 2 or x.size == x.shape[0] * c):
+        return np.asarray(x, _F).reshape(-1, c)
+    xt = np.transpose(x, (0, *range(2, x.ndim), 1))
+    return np.asarray(xt, _F).reshape(-1, c) if xt.flags["C_CONTIGUOUS"] else None
+
+
+def _thread_rows(total: int, threads: int) -> tuple[int, int]:
+    """``parallel_for(0, total, 1)``: threads used and rows per thread (the last may get fewer)."""
+    used = min(threads, total) if threads > 1 and total > 1 else 1
+    return used, -(-total // used) if total else 0
+
+
+def _thread_sums(rows: np.ndarray, threads: int, step: Any) -> np.ndarray:
+    """Per-thread float32 buffers, each thread folding its rows in order with ``step(buf, r)``
+    (the threads advance side by side); returns the (threads, C) buffers (unused ones zero)."""
+    used, chunk = _thread_rows(rows.shape[0], threads)
+    buf = np.zeros((threads, rows.shape[1]), _F)
+    for k in range(chunk):
+        tids = np.arange(used)
+        r = tids * chunk + k
+        live = r < rows.shape[0]
+        buf[tids[live]] = step(buf[tids[live]], r[live])
+    return buf
+
+
+def _fold(buf: np.ndarray, double: bool) -> np.ndarray:
+    """The buffers added in thread order: in double (float32 kernels' acc_type), else float32."""
+    acc = np.zeros(buf.shape[1], np.float64 if double else _F)
+    for row in buf:
+        acc = acc + row.astype(acc.dtype) if double else (acc + row).astype(_F)
+    return acc
+
+
+def _stats_rows(rows: np.ndarray, threads: int, fused: bool, low: bool) -> tuple[Any, Any]:
+    """Channels-last statistics (measured, float32 and bf16/fp16 with float32 weights): each
+    thread adds its rows into a float32 buffer, ``sum`` folds the buffers (double for a float32
+    input, float32 for bf16/fp16), ``mean = sum / count``; then ``buf + (x - mean)^2`` (fused on
+    the SIMD builds) folded the same way."""
+    count = rows.shape[0]
+    total = _fold(_thread_sums(rows, threads, lambda b, r: (b + rows[r]).astype(_F)), not low)
+    mean = (total / count).astype(_F) if not low else (total / _F(count)).astype(_F)
+
+    def sq(b: np.ndarray, r: np.ndarray) -> np.ndarray:
+        dev = (rows[r] - mean).astype(_F)
+        return mad(dev, dev, b, fused=fused)
+
+    return mean, _fold(_thread_sums(rows, threads, sq), not low).astype(_F)
+
+
 @register("aten.native_batch_norm.default")
 def batch_norm(call: Call) -> list[Out | None]:
     """``native_batch_norm(input, weight?, bias?, running_mean?, running_var?, training,
     momentum, eps) -> (out, save_mean, save_invstd)`` then the written running_mean and
-    running_var (``UNDECLARED_WRITES``); exact on the contiguous layout, else bounded."""
+    running_var (``UNDECLARED_WRITES``); exact on the contiguous layout, and on the
+    channels-last layouts in eval mode or given ``call.options["num_threads"]``; else bounded."""
     names = ("input", "weight", "bias", "running_mean", "running_var", "training", "momentum",
              "eps")  # fmt: skip
     x, w, b, rm, rv, train, momentum, eps = (call.arg(i, n) for i, n in enumerate(names))
     low_stats = call.out_dtypes[1] != "float32"  # statistics kept in bfloat16/float16
-    if not _exact_layout(x) or (train and low_stats):
-        return _batch_norm_bounded(call, x, w, b, rm, rv, bool(train), float(momentum), eps)
     fused = call.capability != "default"
     low = x.dtype != np.float32
+    rows = None if _exact_layout(x) else _cl_rows(x)
+    opt = call.options.get("num_threads")
+    threads = opt if isinstance(opt, int) and opt >= 1 else 0
+    known = threads > 0
+    if (
+        (rows is None and not _exact_layout(x))
+        or (train and low_stats)
+        or (train and rows is not None and not known)
+    ):
+        return _batch_norm_bounded(call, x, w, b, rm, rv, bool(train), float(momentum), eps)
     c = x.shape[1]
     pname = call.out_dtypes[1]
-    x3 = _planes(x)
-    count = x3.shape[0] * x3.shape[2]
+    count = x.size // max(c, 1)
     outs: list[Out | None] = []
     with np.errstate(all="ignore"):
         if train:
-            mean, vs = _stats_low(x3) if low else _stats_f32(x3)
+            if rows is not None:
+                mean, vs = _stats_rows(rows, threads, fused, low)
+            else:
+                mean, vs = _stats_low(_planes(x)) if low else _stats_f32(_planes(x))
             mean_p, vs_p = to(mean, pname), to(vs, pname)  # stored in the statistics format
             var = (vs_p.astype(_F) / _F(count)).astype(_F)
             invstd = (1.0 / np.sqrt(var.astype(np.float64) + float(eps))).astype(_F)
