@@ -114,6 +114,36 @@ def test_batch_norm_channels_last_layouts_exact_given_threads(
         torch.set_num_threads(old)
 
 
+@pytest.mark.parametrize("threads", [1, 3])
+@pytest.mark.parametrize(
+    ("shape", "channels_last"),
+    [((16, 6), False), ((33, 20), False), ((5, 40), False), ((3, 20, 2, 5), True)],
+    ids=str,
+)
+@pytest.mark.parametrize(("dt", "pdt"), BN_TYPES, ids=str)
+def test_batch_norm_channels_last_backward_exact_given_threads(
+    dt: torch.dtype, pdt: torch.dtype, shape: tuple, channels_last: bool, threads: int
+) -> None:
+    """The per-thread backward kernels bit for bit given the thread count, train and eval,
+    with a random and a cancelling (dy = 0.7 y + 0.3) gradient."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        x, w, b, rm, rv = _bn_args(dt, pdt, shape, threads + 1)
+        fmt = torch.channels_last if channels_last else torch.contiguous_format
+        x = x.contiguous(memory_format=fmt)
+        y, sm, si = BN(x, w, b, rm.clone(), rv.clone(), True, 0.1, 1e-5)
+        g = torch.Generator().manual_seed(threads)
+        for dy in (torch.randn(x.shape, generator=g).to(dt), (y.float() * 0.7 + 0.3).to(dt)):
+            dy = dy.contiguous(memory_format=fmt)
+            for train in (True, False):
+                v = _with_threads(BNB, dy, x, w, rm, rv, sm, si, train, 1e-5, [True, True, True],
+                                  threads=threads)  # fmt: skip
+                assert v == ["identical"] * 3, v
+    finally:
+        torch.set_num_threads(old)
+
+
 @pytest.mark.parametrize("train", [True, False])
 @pytest.mark.parametrize(("dt", "pdt"), BN_TYPES, ids=str)
 def test_batch_norm_backward_bounded(dt: torch.dtype, pdt: torch.dtype, train: bool) -> None:

@@ -250,9 +250,10 @@ def _batch_norm_bounded(call: Call, x: np.ndarray, w: Any, b: Any, rm: Any, rv: 
     (v + eps)) / 2 / (1 - e_v/(v+eps)) + g_3. out = x alpha + beta = (x - mean) invstd w + b:
     |err| <= |x - mean| invstd |w| e_inv + e_mean invstd |w| + g_4 (|x alpha| + |beta|).
     Statistics kept in a low format of unit u_p: mean and invstd are read back rounded
-    (e_mean += u_p (|mean| + e_mean), invstd relative (1 + e)(1 + u_p)(1 + 2 u_p) - 1 for the
-    rounded var_sum and invstd), the running statistics get u_p for their storage and 2 u_p for
-    ``var_sum / (count - 1)`` computed in the low format."""
+    (e_mean += u_p (|mean| + e_mean), also inside var_sum's bound; invstd relative (1 + e)(1 +
+    u_p)(1 + 2 u_p) - 1 for the rounded var_sum and invstd); the running statistics may round
+    every operation in the low format (momentum and ``count - 1`` included): g_5(u_p), g_6(u_p)
+    of their terms' magnitudes."""
     xf = np.asarray(x, np.float64)
     c = x.shape[1]
     axes = tuple(i for i in range(x.ndim) if i != 1)
@@ -269,13 +270,14 @@ def _batch_norm_bounded(call: Call, x: np.ndarray, w: Any, b: Any, rm: Any, rv: 
             dev = xf - mean.reshape(shp)
             vs = (dev * dev).sum(axis=axes)
             e_mean = gamma(n + 2) * np.abs(xf).sum(axis=axes) / n
+            # the statistics format's rounding of the mean can feed the deviations as well
+            e_mean = e_mean + u_p * (np.abs(mean) + e_mean)
             e_vs = (gamma(n + 3) * vs + 2 * e_mean * np.abs(dev).sum(axis=axes)
                     + n * e_mean**2) * (1 + gamma(2))  # fmt: skip
             v = vs / n
             rel = e_vs / n / (v + eps)
             e_inv_rel = rel / 2 / np.maximum(1 - rel, 1e-300) + gamma(4)
             e_inv_rel = (1 + e_inv_rel) * (1 + u_p) * (1 + 2 * u_p) - 1
-            e_mean = e_mean + u_p * (np.abs(mean) + e_mean)
             invstd = 1.0 / np.sqrt(v + eps)
         else:
             mean = np.asarray(rm, np.float64)
@@ -301,15 +303,16 @@ def _batch_norm_bounded(call: Call, x: np.ndarray, w: Any, b: Any, rm: Any, rv: 
         if rm is not None:
             old = np.asarray(rm, np.float64)
             new = m * mean + om * old
+            # a low statistics format: every operation may round in it (momentum included)
             err = m * e_mean + gamma(3) * (m * np.abs(mean) + om * np.abs(old))
-            err = err + u_p * (np.abs(new) + err)
+            err = err + gamma(5, u_p) * (m * np.abs(mean) + om * np.abs(old)) if u_p else err
             outs.append(bounded(to(new, rm.dtype.name), err, _REASON_BN, center=new))
         if rv is not None:
             old = np.asarray(rv, np.float64)
             ub = vs / max(n - 1, 1)
             new = m * ub + om * old
             err = m * e_vs / max(n - 1, 1) * (1 + gamma(2)) + gamma(4) * (m * ub + om * np.abs(old))
-            err = err + m * ub * gamma(3, u_p) + u_p * (np.abs(new) + err)
+            err = err + gamma(6, u_p) * (m * ub + om * np.abs(old)) if u_p else err
             outs.append(bounded(to(new, rv.dtype.name), err, _REASON_BN, center=new))
     return outs
 
@@ -332,7 +335,10 @@ def batch_norm_backward(call: Call) -> list[Out | None]:
     k = dotp invstd^2 / n: e_k = e_p invstd^2/n (1+g_4) + g_4 |k|; e_gm = e_s/n (1+g_2) +
     g_2 |sum/n|; e_dx = ((e_gm + |x - mean| e_k)(1+g_2) + g_2 |x - mean||k|) invstd |w| (1+g_4)
     + g_4 (|dy| + |sum/n| + |(x - mean) k|) invstd |w|. Eval: dx = dy invstd w, with
-    invstd = 1/sqrt(running_var + eps): g_6 |dx|.
+    invstd = 1/sqrt(running_var + eps): g_6 |dx|. For a bf16/fp16 input the per-element and
+    scalar roundings use the format's unit (the strided kernel computes in it) and the
+    grad_out sum is stored in it; the counts of roundings are taken generously (g_5 for k,
+    g_3 for (x - mean) k).
     """
     names = ("grad_out", "input", "weight", "running_mean", "running_var", "save_mean",
              "save_invstd", "train", "eps", "output_mask")  # fmt: skip
@@ -350,6 +356,20 @@ def batch_norm_backward(call: Call) -> list[Out | None]:
         mean = np.asarray(rm, np.float64)
         invstd = np.asarray(_F(1.0 / np.sqrt(np.asarray(rv, _F).astype(np.float64) + eps)),
                             np.float64)  # fmt: skip
+    opt = call.options.get("num_threads")
+    rows = None if _exact_layout(x) else _cl_rows(x)
+    if (
+        rows is not None
+        and isinstance(opt, int)
+        and opt >= 1
+        and (
+            x.dtype == np.float32
+            or all(n == "float32" for n in call.out_dtypes[1 if mask[0] else 0 :])
+        )
+    ):
+        dyr = _cl_rows(np.asarray(dy))
+        if dyr is not None:
+            return _backward_rows(call, dyr, rows, x, w, mean, invstd, bool(train), mask, opt)
     if _exact_layout(x) and np.asarray(dy).flags["C_CONTIGUOUS"]:
         if x.dtype == np.float32:
             return _backward_f32(call, dy, x, w, mean, invstd, bool(train), mask)
@@ -357,39 +377,42 @@ def batch_norm_backward(call: Call) -> list[Out | None]:
             w is None or np.asarray(w).dtype == np.float32
         ):  # autocast's mixed kernel (float32 weights and statistics)
             return _backward_low(call, dy, x, w, mean, invstd, bool(train), mask)
+    # the generic (strided) kernel computes in the input's format for bf16/fp16: its per-element
+    # arithmetic, the grad_out sum (at::sum, stored in the format) and the scalars k and
+    # grad_mean round in unit u_ar; the reductions accumulate in at least float32
+    u_ar = {"bfloat16": 2.0**-8, "float16": 2.0**-11}.get(np.dtype(x.dtype).name, U32)
+
+    def ga(k: int) -> Any:
+        return gamma(k, u_ar)
+
     dev = xf - mean.reshape(shp)
     s = d.sum(axis=axes)
     e_s = gamma(n + 1) * np.abs(d).sum(axis=axes)
+    e_s = e_s + u_ar * (np.abs(s) + e_s) if u_ar != U32 else e_s
     p = (dev * d).sum(axis=axes)
-    e_p = gamma(n + 3) * np.abs(dev * d).sum(axis=axes)
+    e_p = gamma(n + 3) * np.abs(dev * d).sum(axis=axes) + ga(2) * np.abs(dev * d).sum(axis=axes)
     outs: list[Out | None] = []
     it = iter(call.out_dtypes)
     with np.errstate(all="ignore"):
         if mask[0]:
             if train:
                 k = p * invstd**2 / n
-                e_k = e_p * invstd**2 / n * (1 + gamma(4)) + gamma(4) * np.abs(k)
+                e_k = e_p * invstd**2 / n * (1 + ga(5)) + ga(5) * np.abs(k)
                 gm = s / n
-                e_gm = e_s / n * (1 + gamma(2)) + gamma(2) * np.abs(gm)
+                e_gm = e_s / n * (1 + ga(2)) + ga(2) * np.abs(gm)
                 sc = (invstd * np.abs(wv)).reshape(shp)
-                dx = (d - gm.reshape(shp) - dev * k.reshape(shp)) * (invstd * wv).reshape(shp)
-                e_dx = (
-                    (
-                        (e_gm.reshape(shp) + np.abs(dev) * e_k.reshape(shp)) * (1 + gamma(2))
-                        + gamma(2) * np.abs(dev * k.reshape(shp))
-                    )
-                    * sc
-                    * (1 + gamma(4))
-                )
-                e_dx += gamma(4) * (np.abs(d) + np.abs(gm).reshape(shp)
-                                    + np.abs(dev * k.reshape(shp))) * sc  # fmt: skip
+                kk = k.reshape(shp)
+                dx = (d - gm.reshape(shp) - dev * kk) * (invstd * wv).reshape(shp)
+                e_dx = ((e_gm.reshape(shp) + np.abs(dev) * e_k.reshape(shp)) * (1 + ga(3))
+                        + ga(3) * np.abs(dev * kk)) * sc * (1 + ga(4))  # fmt: skip
+                e_dx += ga(4) * (np.abs(d) + np.abs(gm).reshape(shp) + np.abs(dev * kk)) * sc
             else:
                 dx = d * (invstd * wv).reshape(shp)
-                e_dx = gamma(6) * np.abs(dx)
+                e_dx = ga(6) * np.abs(dx)
             outs.append(bounded(to(dx, next(it)), e_dx * (1 + U32), _REASON_BNB, center=dx))
         if mask[1]:
             gw = p * invstd
-            e_gw = e_p * invstd * (1 + U32) + gamma(1) * np.abs(gw)
+            e_gw = e_p * invstd * (1 + ga(2)) + ga(2) * np.abs(gw)
             outs.append(bounded(to(gw, next(it)), e_gw, _REASON_BNB, center=gw))
         if mask[2]:
             outs.append(bounded(to(s, next(it)), e_s, _REASON_BNB, center=s))
@@ -480,4 +503,56 @@ def _backward_low(call: Call, dy: Any, x: np.ndarray, w: Any, mean: np.ndarray,
             outs.append(exact((dotp * i32).astype(_F)))
         if mask[2]:
             outs.append(exact(total))
+    return outs
+
+
+def _backward_rows(call: Call, dyr: np.ndarray, rows: np.ndarray, x: np.ndarray, w: Any,
+                   mean: np.ndarray, invstd: np.ndarray, train: bool, mask: Any,
+                   threads: int) -> list[Out | None]:  # fmt: skip
+    """The channels-last backward given torch's thread count (measured): per-thread float32
+    buffers ``sum + dy`` and ``dotp + (x - mean) * dy`` (fused on the SIMD builds), folded over
+    threads in double (float32 input) or float32 (bf16/fp16); then per element
+    ``k = dotp*invstd*invstd/n``, ``dx = ((dy - sum/n) - (x - mean)*k) * invstd * w``."""
+    fused = call.capability != "default"
+    low = x.dtype != np.float32
+    c = rows.shape[1]
+    count = rows.shape[0]
+    m32, i32 = mean.astype(_F), invstd.astype(_F)
+    w32 = np.ones(c, _F) if w is None else np.asarray(w, _F)
+    with np.errstate(all="ignore"):
+        total = _fold(_thread_sums(dyr, threads, lambda b, r: (b + dyr[r]).astype(_F)), not low)
+        total = total.astype(_F)
+
+        def dot(b: np.ndarray, r: np.ndarray) -> np.ndarray:
+            return mad((rows[r] - m32).astype(_F), dyr[r], b, fused=fused)
+
+        dotp = _fold(_thread_sums(rows, threads, dot), not low).astype(_F)
+        outs: list[Out | None] = []
+        if mask[0]:
+            if train:
+                k = ((((dotp * i32).astype(_F) * i32).astype(_F)) / _F(count)).astype(_F)
+                gm = (total / _F(count)).astype(_F)
+                dev = (rows - m32).astype(_F)
+                # measured per instantiation (the channel tail, C mod 8 / C mod 16, is compiled
+                # apart): float32 fuses the multiply-subtract in whole vectors only, bfloat16 in
+                # the tail only, float16 in both
+                split = c - c % (2 * _LANES if low else _LANES)
+                vec_f = fused and x.dtype != dtype("bfloat16")
+                tail_f = fused and x.dtype != np.float32
+                t = np.empty_like(dev)
+                for sl, f in ((slice(0, split), vec_f), (slice(split, c), tail_f)):
+                    t[:, sl] = mad(-dev[:, sl], k[sl], (dyr[:, sl] - gm[sl]).astype(_F), fused=f)
+            else:
+                t = dyr
+            dx = ((t * i32).astype(_F) * w32).astype(_F)
+            # back from (rows, C) memory order to the input's shape and layout
+            perm = (0, *range(2, x.ndim), 1)
+            lay = np.empty(tuple(x.shape[i] for i in perm), dtype(call.out_dtypes[0]))
+            lay.reshape(-1, c)[...] = to(dx, call.out_dtypes[0])
+            outs.append(exact(np.transpose(lay, np.argsort(perm))))
+        names = iter(call.out_dtypes[1 if mask[0] else 0 :])
+        if mask[1]:
+            outs.append(exact(to((dotp * i32).astype(_F), next(names))))
+        if mask[2]:
+            outs.append(exact(to(total, next(names))))
     return outs
