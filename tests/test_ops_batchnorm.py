@@ -193,6 +193,26 @@ def test_batch_norm_backward_exact(
             assert judge(one_ulp_off(to_numpy(t), 1), e).verdict == "differs"
 
 
+@pytest.mark.parametrize(
+    ("dt", "pdt"),
+    [*BN_TYPES, (torch.bfloat16, torch.bfloat16), (torch.float16, torch.float16)],
+    ids=str,
+)
+def test_batch_norm_strided_input_bounded(dt: torch.dtype, pdt: torch.dtype) -> None:
+    """A strided input (neither contiguous nor channels-last) takes torch's generic kernel,
+    which computes in the input's format for bf16/fp16: forward and backward stay within the
+    bound (this case once escaped a float32-only bound)."""
+    x, w, b, rm, rv = _bn_args(dt, pdt, (3, 4, 5, 6), 29)
+    x = x.transpose(2, 3)
+    for train in (True, False):
+        v = [j.verdict for j in judged(BN, x, w, b, rm.clone(), rv.clone(), train, 0.1, 1e-5)]
+        assert set(v) <= {"identical", "bounded"}, v
+        _, sm, si = BN(x, w, b, rm.clone(), rv.clone(), True, 0.1, 1e-5)
+        dy = torch.randn(x.shape, generator=torch.Generator().manual_seed(3)).to(dt)
+        v = [j.verdict for j in judged(BNB, dy, x, w, rm, rv, sm, si, train, 1e-5, [True] * 3)]
+        assert set(v) <= {"identical", "bounded"}, v
+
+
 def test_batch_norm_backward_bound_catches_a_wrong_gradient() -> None:
     x, w, b, rm, rv = _bn_args(torch.float32, torch.float32, (4, 3, 5, 5), 17)
     _, sm, si = BN(x, w, b, rm.clone(), rv.clone(), True, 0.1, 1e-5)

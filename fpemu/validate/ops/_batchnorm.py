@@ -248,7 +248,9 @@ def _batch_norm_bounded(call: Call, x: np.ndarray, w: Any, b: Any, rm: Any, rv: 
     sum|x - mean| + n e_mean^2 (the mean's error enters to first order only through
     sum (x - mean) = 0). invstd = 1/sqrt(v + eps), v = var_sum/n: relative error <= (e_v /
     (v + eps)) / 2 / (1 - e_v/(v+eps)) + g_3. out = x alpha + beta = (x - mean) invstd w + b:
-    |err| <= |x - mean| invstd |w| e_inv + e_mean invstd |w| + g_4 (|x alpha| + |beta|).
+    |err| <= |x - mean| invstd |w| e_inv + e_mean invstd |w| + g_5 (|x alpha| + |beta| +
+    |x - mean| |alpha|), with g in the input format's unit for bf16/fp16 (the strided kernel
+    evaluates ((x - mean) * invstd) * w + b in it).
     Statistics kept in a low format of unit u_p: mean and invstd are read back rounded
     (e_mean += u_p (|mean| + e_mean), also inside var_sum's bound; invstd relative (1 + e)(1 +
     u_p)(1 + 2 u_p) - 1 for the rounded var_sum and invstd); the running statistics may round
@@ -263,6 +265,8 @@ def _batch_norm_bounded(call: Call, x: np.ndarray, w: Any, b: Any, rm: Any, rv: 
     bv = np.zeros(c) if b is None else np.asarray(b, np.float64)
     pname = call.out_dtypes[1]
     u_p = {"bfloat16": 2.0**-8, "float16": 2.0**-11}.get(pname, 0.0)
+    # the strided kernel evaluates ((x - mean) * invstd) * w + b in the input's format
+    u_ar = {"bfloat16": 2.0**-8, "float16": 2.0**-11}.get(np.dtype(x.dtype).name, U32)
     outs: list[Out | None] = []
     with np.errstate(all="ignore"):
         if train:
@@ -276,20 +280,22 @@ def _batch_norm_bounded(call: Call, x: np.ndarray, w: Any, b: Any, rm: Any, rv: 
                     + n * e_mean**2) * (1 + gamma(2))  # fmt: skip
             v = vs / n
             rel = e_vs / n / (v + eps)
-            e_inv_rel = rel / 2 / np.maximum(1 - rel, 1e-300) + gamma(4)
+            e_inv_rel = rel / 2 / np.maximum(1 - rel, 1e-300) + gamma(4, u_ar)
             e_inv_rel = (1 + e_inv_rel) * (1 + u_p) * (1 + 2 * u_p) - 1
             invstd = 1.0 / np.sqrt(v + eps)
         else:
             mean = np.asarray(rm, np.float64)
             e_mean = np.zeros(c)
             invstd = 1.0 / np.sqrt(np.asarray(rv, np.float64) + eps)
-            e_inv_rel = np.full(c, gamma(3))
+            e_inv_rel = np.full(c, gamma(4, u_ar))
         alpha = invstd * wv
         y = (xf - mean.reshape(shp)) * alpha.reshape(shp) + bv.reshape(shp)
         beta = np.abs(bv - mean * alpha).reshape(shp)
+        centred = np.abs((xf - mean.reshape(shp)) * alpha.reshape(shp))
         e_y = (np.abs(xf - mean.reshape(shp)) * (np.abs(alpha) * e_inv_rel).reshape(shp)
                + (e_mean * np.abs(alpha) * (1 + e_inv_rel)).reshape(shp)
-               + gamma(4) * (np.abs(xf * alpha.reshape(shp)) + beta))  # fmt: skip
+               + gamma(5, u_ar) * (np.abs(xf * alpha.reshape(shp)) + beta
+                                   + centred))  # fmt: skip
         outs.append(bounded(to(y, call.out_dtypes[0]), e_y, _REASON_BN, center=y))
         if not train:
             outs += [exact(np.zeros(0, dtype(pname))), exact(np.zeros(0, dtype(pname)))]
