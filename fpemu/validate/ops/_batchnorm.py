@@ -430,7 +430,7 @@ def _backward_f32(call: Call, dy: Any, x: np.ndarray, w: Any, mean: np.ndarray,
     """float32 contiguous ``batch_norm_cpu_backward_contiguous_impl``, exact (measured on
     avx512, avx2, default): per channel and per sample plane, ``reduce_all(dy)`` and
     ``map2_reduce_all((x - mean) * dy)`` on 8 lanes (the partial last vector fused on the SIMD
-    builds) reduced by :func:`~fpemu.validate.ops._fma.tree8`, accumulated over samples in
+    builds) reduced by ``_fma.tree8``, accumulated over samples in
     double; ``grad_bias = float(sum)``, ``grad_weight = float(dotp * invstd)``; training:
     ``k = float(dotp) * invstd * invstd / n``, ``grad_mean = float(sum / n)``, ``dx = ((dy -
     grad_mean) - (x - mean) * k) * invstd * w`` with the inner multiply-subtract fused on the

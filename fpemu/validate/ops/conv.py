@@ -1,5 +1,5 @@
 """Emulations of torch's CPU convolution (``convolution``, ``convolution_backward``), bounded;
-pooling lives in :mod:`fpemu.validate.ops._pooling` (imported below to register it).
+pooling lives in the private module ``_pooling`` (imported below to register it).
 
 torch 2.13 CPU dispatches ``nn.Conv1d/2d/3d`` as ``aten.convolution.default`` and its gradient
 as ``aten.convolution_backward.default`` (measured with a dispatch mode, float32 and under
