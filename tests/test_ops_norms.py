@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 
@@ -176,21 +172,3 @@ def test_registered() -> None:
         "aten.native_batch_norm_backward.default",
     ):
         assert op in have
-
-
-@pytest.mark.skipif(os.environ.get("ATEN_CPU_CAPABILITY") is not None, reason="the child run")
-def test_exact_claims_hold_under_capability() -> None:
-    """The exact tests again in fresh interpreters with torch's ``default`` and ``avx2``
-    kernels (the two children run side by side)."""
-    runs = {}
-    for cap in ("default", "avx2"):
-        env = dict(os.environ, ATEN_CPU_CAPABILITY=cap)
-        cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", __file__]
-        cmd += ["-k", "exact and not capability"]
-        runs[cap] = subprocess.Popen(
-            cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-        )
-    for cap, proc in runs.items():
-        out, _ = proc.communicate(timeout=120)
-        assert proc.returncode == 0, (cap, out[-3000:])
-        assert " passed" in out and "skipped" not in out, (cap, out[-500:])

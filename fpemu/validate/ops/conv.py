@@ -1,5 +1,5 @@
 """Emulations of torch's CPU convolution (``convolution``, ``convolution_backward``), bounded;
-pooling lives in :mod:`fpemu.validate.ops._pooling` (imported below to register it).
+pooling lives in the private module ``_pooling`` (imported below to register it).
 
 torch 2.13 CPU dispatches ``nn.Conv1d/2d/3d`` as ``aten.convolution.default`` and its gradient
 as ``aten.convolution_backward.default`` (measured with a dispatch mode, float32 and under
@@ -99,9 +99,17 @@ def convolution(call: Call) -> list[Out | None]:
     mag = _conv(np.abs(xf), np.abs(wf), s, p, d, out, g)
     name = call.out_dtypes[0]
     fl = _flush(name)
-    # a flushed input element loses |x| <= fl times |w| (and vice versa)
-    tiny = _conv(np.full_like(xf, fl), np.abs(wf), s, p, d, out, g) if fl else 0.0
-    tiny = tiny + (_conv(np.abs(xf), np.full_like(wf, fl), s, p, d, out, g) if fl else 0.0)
+    # a flushed input element loses |x| <= fl times |w| (and vice versa); for bfloat16 (fl =
+    # 2^-126) the cheap scalar K fl (max|x| + max|w|) is as good, for float16 per output
+    if fl and name == "bfloat16":
+        tiny: Any = (
+            fl * kk * (float(np.abs(xf).max(initial=0.0)) + float(np.abs(wf).max(initial=0.0)))
+        )
+    elif fl:
+        tiny = _conv(np.full_like(xf, fl), np.abs(wf), s, p, d, out, g)
+        tiny = tiny + _conv(np.abs(xf), np.full_like(wf, fl), s, p, d, out, g)
+    else:
+        tiny = 0.0
     shp = (1, -1) + (1,) * len(out)
     if b is not None:
         bf = np.asarray(b, np.float64).reshape(shp)
