@@ -217,7 +217,9 @@ def test_matmul_same_bits_for_every_thread_count(
 
 def test_matmul_with_rng_is_one_call(small_grain: list[int]) -> None:
     rng = np.random.default_rng(0)
-    a, b = values(rng, (31, 40), "fp16"), values(rng, (40, 29), "fp16")
+    # float16 data: nothing to round, so any split would be the model's
+    a, b = values(rng, (31, 40), "fp16").astype(np.float16), values(rng, (40, 29), "fp16")
+    b = b.astype(np.float16)
     kw: dict[str, Any] = dict(fmt="fp16", acc="bf16", mode="stochastic")
     with fpemu.threads(1):
         want = fpemu.matmul(a, b, rng=np.random.default_rng(4), **kw)
@@ -303,3 +305,19 @@ def test_forked_child_gets_a_fresh_pool() -> None:
 def _child_tiles() -> list[int]:
     with fpemu.threads(2):
         return parallel.run(lambda i: i * i, [0, 1, 2])
+
+
+@pytest.mark.parametrize("fmt", ["fp16", "bf16", "e4m3"])
+def test_matmul_input_rounding_same_bits(fmt: str, small_grain: list[int]) -> None:
+    """Inputs not yet in fmt are rounded in tiles too (and exact ones skip it in tiles)."""
+    rng = np.random.default_rng(12)
+    a = rng.standard_normal((37, 41)) * np.exp2(rng.integers(-20, 10, (37, 41)))
+    b = rng.standard_normal((41, 23))
+    a[3, :5] = fpemu.round(a[3, :5], fmt)  # some values already exact
+    with fpemu.threads(1):
+        want = fpemu.matmul(a, b, fmt=fmt, model="h100" if fmt != "e4m3" else "sequential")
+    for n in THREADS:
+        with fpemu.threads(n):
+            got = fpemu.matmul(a, b, fmt=fmt, model="h100" if fmt != "e4m3" else "sequential")
+        assert same_bits(got, want), n
+    assert max(small_grain) > 1
