@@ -115,7 +115,11 @@ def matmul(
            [8.0000000e+00, 9.0002003e+00]], dtype=float32)
     """
     if is_dask(a) or is_dask(b) or is_dask(c):  # lazily, K whole per block (fpemu.daskarray)
-        return matmul_dask(a, b, c=c, fmt=fmt, acc=acc, out=out, model=model, **options)
+        get_model(model)  # an unknown model fails now, not at compute time
+        fo = get_format(acc if out is None else out, arg="out" if out is not None else "acc")
+        dtype = np.float32 if _fits_float32(fo) else np.float64
+        return matmul_dask(matmul, a, b, c=c, dtype=dtype, fmt=fmt, acc=acc, out=out,
+                           model=model, **options)  # fmt: skip
     f = get_format(fmt, arg="fmt")
     # An instruction model with mixed A/B formats (e4m3 x e5m2, FP6/FP4): b in its own format.
     fb = get_format(options["b_fmt"], arg="b_fmt") if options.get("b_fmt") is not None else f
@@ -247,7 +251,7 @@ def _round_input(x: Any, given: Any, f: Format, *, keep32: bool) -> Any:
     if len(parts) == 1:
         exact = _exact_float64(x, f)
     else:
-        exact = all(parallel.run(lambda s: _exact_float64(flat[s], f), parts))
+        exact = all(parallel.map_tiles(lambda s: _exact_float64(flat[s], f), parts))
     if exact:
         # already on f's grid (pre-rounded data, the common case): rounding would return x,
         # and these read-only checks cost a fraction of a rounding pass
@@ -265,7 +269,7 @@ def _round_input(x: Any, given: Any, f: Format, *, keep32: bool) -> Any:
             cast(x, out)
         else:
             dst = out.reshape(-1)
-            parallel.run(lambda s: cast(flat[s], dst[s]), parts)
+            parallel.map_tiles(lambda s: cast(flat[s], dst[s]), parts)
         return out
     return fround(x, f)
 
