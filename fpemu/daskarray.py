@@ -97,6 +97,8 @@ def quantize_dask(
     # the in-memory checks of rule and mode, on one zero block (a 2-D tile for NVFP4 tiles)
     probe = np.zeros((bf.tile_rows, bf.block_size) if bf.tile_rows > 1 else bf.block_size)
     _quantize(probe.astype(x.dtype), bf, axis=-1, **opts)
+    if bf.tile_rows > 1 and x.ndim < 2:  # the in-memory message
+        raise ValueError(f"{bf.name} has 2-D tiles; x must have at least 2 dimensions")
     rows = None  # the row axis of 2-D tiles
     if bf.tile_rows > 1 and x.ndim >= 2:
         rows = x.ndim - 2 if ax == x.ndim - 1 else x.ndim - 1
