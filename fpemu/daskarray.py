@@ -1,7 +1,9 @@
 """Dask arrays in :func:`fpemu.round`, :func:`fpemu.quantize`, :func:`fpemu.dequantize` and
 :func:`fpemu.matmul`: lazy, chunked so that every result is bit-identical to the in-memory one.
 
-Dask is imported only when a Dask array is passed (``pip install 'fpemu[scale]'``). Each chunk
+Dask is imported only when a Dask array is passed (``pip install 'fpemu[scale]'``). This module
+is part of the numeric core and imports no other part of fpemu: each entry point passes its
+in-memory function in (``fpemu.round`` passes itself). Each chunk
 is computed by the in-memory function, wherever the scheduler runs it (threads, processes or a
 ``distributed`` cluster), and the chunks are laid out so that nothing a result depends on is cut:
 
@@ -29,7 +31,7 @@ True
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -63,10 +65,9 @@ def _no_rng(rng: Any) -> None:
 
 
 # -- round --------------------------------------------------------------------------------------
-def round_dask(x: Any, fmt: Any, **options: Any) -> Any:
-    """:func:`fpemu.round` of a Dask array, chunk by chunk (the result keeps ``x``'s chunks)."""
-    from fpemu.rounding import round as fround  # noqa: PLC0415 - rounding imports this module
-
+def round_dask(fround: Callable[..., Any], x: Any, fmt: Any, **options: Any) -> Any:
+    """``fround(x, fmt, **options)`` (:func:`fpemu.round`, passed in: this core module imports
+    no other part of fpemu) on a Dask array, chunk by chunk; the result keeps ``x``'s chunks."""
     _no_rng(options.get("rng"))
     # the dtype and every argument check: one in-memory call on an empty chunk of x's dtype
     meta = np.asarray(fround(np.empty((0,), dtype=x.dtype), fmt, **options))
@@ -74,15 +75,18 @@ def round_dask(x: Any, fmt: Any, **options: Any) -> Any:
 
 
 # -- quantize / dequantize ----------------------------------------------------------------------
-def quantize_dask(x: Any, block_format: Any, **options: Any) -> Any:
+def quantize_dask(
+    quantize: Callable[..., Any], quantized: Any, x: Any, bf: Any, **options: Any
+) -> Any:
     """:func:`fpemu.quantize` of a Dask array: a :class:`~fpemu.quant.Quantized` of Dask arrays
-    (NVFP4's ``tensor_scale``, a float, is computed at once from the whole array)."""
-    from fpemu.quant.block import get_block_format  # noqa: PLC0415
-    from fpemu.quant.quantize import Quantized, _quantize  # noqa: PLC0415
+    (NVFP4's ``tensor_scale``, a float, is computed at once from the whole array).
 
+    ``quantize`` is the in-memory quantizer (with a ``tensor_amax`` option), ``quantized`` the
+    result class and ``bf`` the block format, passed in by :mod:`fpemu.quant.quantize`.
+    """
     da = _da()
     _no_rng(options.get("rng"))
-    bf = get_block_format(block_format)
+    _quantize = quantize
     if x.dtype.kind != "f" or x.dtype.itemsize not in (2, 4, 8):
         raise TypeError(f"x must be a float16/32/64 array, got dtype {x.dtype}")
     ax = bf.axis if options.get("axis") is None else options["axis"]
@@ -93,6 +97,8 @@ def quantize_dask(x: Any, block_format: Any, **options: Any) -> Any:
     # the in-memory checks of rule and mode, on one zero block (a 2-D tile for NVFP4 tiles)
     probe = np.zeros((bf.tile_rows, bf.block_size) if bf.tile_rows > 1 else bf.block_size)
     _quantize(probe.astype(x.dtype), bf, axis=-1, **opts)
+    if bf.tile_rows > 1 and x.ndim < 2:  # the in-memory message
+        raise ValueError(f"{bf.name} has 2-D tiles; x must have at least 2 dimensions")
     rows = None  # the row axis of 2-D tiles
     if bf.tile_rows > 1 and x.ndim >= 2:
         rows = x.ndim - 2 if ax == x.ndim - 1 else x.ndim - 1
@@ -121,7 +127,7 @@ def quantize_dask(x: Any, block_format: Any, **options: Any) -> Any:
     parts = xr.to_delayed()
     qs = np.empty(parts.shape, dtype=object)
     for idx in np.ndindex(*parts.shape):
-        qs[idx] = delayed(_quantize_chunk, pure=True)(parts[idx], bf, ax, opts, amax)
+        qs[idx] = delayed(_quantize_chunk, pure=True)(quantize, parts[idx], bf, ax, opts, amax)
     grown = [list(c) for c in xr.chunks]  # pad=True: the last chunks grow to whole blocks
     for d, unit in ((ax, bf.block_size), (rows, bf.tile_rows)):
         if d is not None:
@@ -140,7 +146,7 @@ def quantize_dask(x: Any, block_format: Any, **options: Any) -> Any:
         tensor = one.tensor_scale
     rule = bf.scale_rule if opts.get("scale_rule") is None else opts["scale_rule"]
     el, sc, ec, scc = fields
-    return Quantized(el, sc, ec, scc, bf, rule, ax, x.shape[ax], tensor)
+    return quantized(el, sc, ec, scc, bf, rule, ax, x.shape[ax], tensor)
 
 
 def _aligned(size: int, chunks: tuple[int, ...], unit: int) -> tuple[int, ...]:
@@ -149,10 +155,10 @@ def _aligned(size: int, chunks: tuple[int, ...], unit: int) -> tuple[int, ...]:
     return tuple(min(want, size - lo) for lo in range(0, size, want)) or (0,)
 
 
-def _quantize_chunk(chunk: Any, bf: Any, ax: int, opts: dict[str, Any], amax: Any) -> Any:
-    from fpemu.quant.quantize import _quantize  # noqa: PLC0415
-
-    q = _quantize(chunk, bf, axis=ax, tensor_amax=amax, **opts)
+def _quantize_chunk(
+    quantize: Callable[..., Any], chunk: Any, bf: Any, ax: int, opts: dict[str, Any], amax: Any
+) -> Any:
+    q = quantize(chunk, bf, axis=ax, tensor_amax=amax, **opts)
     return q.elements, q.scales, q.element_codes, q.scale_codes
 
 
@@ -165,11 +171,10 @@ def _assemble(da: Any, qs: Any, i: int, sizes: list[list[int]], dtype: Any) -> A
     return da.block(grid.tolist())
 
 
-def dequantize_dask(q: Any) -> Any:
-    """:func:`fpemu.dequantize` of a :class:`~fpemu.quant.Quantized` holding Dask arrays."""
-    from fpemu.quant.quantize import Quantized, dequantize  # noqa: PLC0415
-
+def dequantize_dask(dequantize: Callable[..., Any], q: Any) -> Any:
+    """:func:`fpemu.dequantize` (passed in) of a ``Quantized`` holding Dask arrays."""
     da = _da()
+    Quantized = type(q)
     bs = q.block_format.block_size
     e = da.moveaxis(da.asarray(q.elements), q.axis, -1)
     s = da.moveaxis(da.asarray(q.scales), q.axis, -1)
@@ -188,24 +193,23 @@ def dequantize_dask(q: Any) -> Any:
 
 
 # -- matmul -------------------------------------------------------------------------------------
-def matmul_dask(a: Any, b: Any, *, c: Any = None, **kwargs: Any) -> Any:
-    """:func:`fpemu.matmul` with Dask operands: K is one chunk, each output block one call.
+def matmul_dask(
+    matmul: Callable[..., Any], a: Any, b: Any, *, c: Any, dtype: Any, **kwargs: Any
+) -> Any:
+    """``matmul(a, b, c=c, **kwargs)`` (:func:`fpemu.matmul`, passed in) with Dask operands:
+    K is one chunk, each output block one in-memory call; ``dtype`` is the result's.
 
     ``a`` ``(..., M, K)`` and ``b`` ``(..., K, N)`` need at least two dimensions and equal
     batch shapes (NumPy operands are wrapped); ``c`` is broadcast to the result.
     """
-    from fpemu.formats import get_format  # noqa: PLC0415
-    from fpemu.linalg.ops import matmul  # noqa: PLC0415 - ops imports this module
-    from fpemu.linalg.registry import get_model  # noqa: PLC0415
-    from fpemu.linalg.step import _fits_float32  # noqa: PLC0415
-
     da = _da()
     _no_rng(kwargs.get("rng"))
     a, b = (x if is_dask(x) else da.from_array(np.asarray(x)) for x in (a, b))
     for name, x in (("a", a), ("b", b)):
         if x.ndim < 2:
-            raise ValueError(f"{name} has shape {x.shape}: Dask operands need (..., M, K) and "
-                             "(..., K, N) arrays")  # fmt: skip
+            raise ValueError(
+                f"{name} has shape {x.shape}: Dask operands need (..., M, K) and (..., K, N) arrays"
+            )
     if a.shape[:-2] != b.shape[:-2] or a.shape[-1] != b.shape[-2]:
         raise ValueError(
             f"matmul: a has shape {a.shape} and b has shape {b.shape}; Dask operands need "
@@ -214,10 +218,6 @@ def matmul_dask(a: Any, b: Any, *, c: Any = None, **kwargs: Any) -> Any:
     a = a.rechunk({a.ndim - 1: -1})  # K whole: one accumulation chain per output element
     b = b.rechunk({b.ndim - 2: -1})
     shape = (*a.shape[:-1], b.shape[-1])
-    get_model(kwargs.get("model", "sequential"))  # an unknown model fails now, not at compute
-    out = kwargs.get("out")
-    fo = get_format(kwargs.get("acc", "float32") if out is None else out, arg="out")
-    dtype = np.float32 if _fits_float32(fo) else np.float64  # as matmul's result
     letters = "".join(chr(ord("p") + i) for i in range(a.ndim - 2))
     out_idx, a_idx, b_idx = letters + "mn", letters + "mk", letters + "kn"
     args: list[Any] = [a, a_idx, b, b_idx]

@@ -165,7 +165,7 @@ def tiles(size: int, *, cost: float, grain: float | None = None, align: int = 1)
     return [slice(lo, min(lo + per, size)) for lo in range(0, size, per)]
 
 
-def run(fn: Callable[[T], Any], items: Sequence[T]) -> list[Any]:
+def map_tiles(fn: Callable[[T], Any], items: Sequence[T]) -> list[Any]:
     """``[fn(item) for item in items]``, on up to :func:`num_threads` threads.
 
     The calling thread computes tiles too; each tile runs in a copy of the caller's context
@@ -173,7 +173,7 @@ def run(fn: Callable[[T], Any], items: Sequence[T]) -> list[Any]:
     runs, BLAS is held to one thread. The first tile (in order) that raised re-raises here.
 
     >>> with threads(2):
-    ...     run(lambda x: x * x, [1, 2, 3])
+    ...     map_tiles(lambda x: x * x, [1, 2, 3])
     [1, 4, 9]
     """
     n = min(num_threads(), len(items))

@@ -146,7 +146,8 @@ def round(  # noqa: A001 - the natural name; numpy has np.round too
             missing for stochastic rounding or given for another mode.
     """
     if type(x) is not np.ndarray and is_dask(x):  # lazily, chunk by chunk (fpemu.daskarray)
-        return round_dask(x, fmt, mode=mode, subnormals=subnormals, overflow=overflow, rng=rng)
+        return round_dask(round, x, fmt, mode=mode, subnormals=subnormals, overflow=overflow,
+                          rng=rng)  # fmt: skip
     f = get_format(fmt)
     if not (f.signed and f.zero):  # E8M0/UE4M3: their rounding is a scale rule (fpemu.quant)
         raise ValueError(f"fmt={f.name!r} is a scale format; compute scales with fpemu.quant")
@@ -191,7 +192,7 @@ def round(  # noqa: A001 - the natural name; numpy has np.round too
     if len(parts) == 1:
         work(0, src.size)
     else:
-        parallel.run(lambda t: work(t.start, t.stop), parts)
+        parallel.map_tiles(lambda t: work(t.start, t.stop), parts)
     if out.dtype != want:
         out = out.astype(want)  # float16 data: exact, every value of f is a float16
     return out[()] if out.ndim == 0 else out

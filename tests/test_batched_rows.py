@@ -1,7 +1,8 @@
 """Batches of dot products through fpemu.matmul take the row-tile kernel: the same bits.
 
 ``(B, 1, K) @ (B, K, 1)`` runs on :func:`fpemu.tensorcore.rows.t_fdpa_rows` (the kernel of
-``dpa``) instead of one tiny matrix per dot product. The matrix route is still what computes a
+``dpa``, through :func:`fpemu.tensorcore.rows.dot_batch`) instead of one tiny matrix per dot
+product. The matrix route is still what computes a
 ``(B, 1, K) @ (B, K, 2)`` product, so its first column is the reference: both routes must give
 the same bits on values that reach every corner of the block arithmetic (zeros of both signs,
 subnormals, the format's extremes, overflow, NaN and infinities). Both routes are checked
@@ -20,6 +21,7 @@ from fpemu.formats import get_format
 from fpemu.linalg.ops import _exact_float64
 from fpemu.tensorcore import ARCHS, chain_blocks
 from fpemu.tensorcore.mma import dpa, mma
+from fpemu.tensorcore.rows import dot_batch
 
 
 def corner_values(rng: np.random.Generator, shape: tuple[int, ...], fmt: str) -> np.ndarray:
@@ -81,8 +83,9 @@ def test_rows_route_equals_matrix_route(arch: str, fmt: str, acc: str, special: 
         a[0, 0, 2], a[1, 0, 1], b[2, 4, :], c[3] = np.nan, np.inf, -np.inf, np.inf
         a[4, 0, 0], b[4, 0, :] = np.inf, 0.0
     matrix = chain_blocks(a, b, c, spec=spec, fmt=f)[..., :1]
-    rows = chain_blocks(a, b[..., :1], c[..., :1], spec=spec, fmt=f)
-    assert rows.shape == (B, 1, 1)
+    rows = dot_batch(a, b[..., :1], c[..., :1], spec=spec, fmt=f, b_fmt=f,
+                     c_fmt=get_format(c_fmt))  # fmt: skip
+    assert rows is not None and rows.shape == (B, 1, 1)
     assert np.array_equal(bits(rows), bits(matrix))
 
 

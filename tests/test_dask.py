@@ -105,6 +105,8 @@ def test_quantize_errors_at_once() -> None:
         fpemu.quantize(da.ones((4, 64), chunks=7), "mxfp8_e4m3", scale_rule="te")
     with pytest.raises(ValueError, match="axis=2 is out of range"):
         fpemu.quantize(da.ones((4, 64), chunks=7), "mxfp8_e4m3", axis=2)
+    with pytest.raises(ValueError, match="nvfp4_2d has 2-D tiles; x must have at least 2"):
+        fpemu.quantize(da.ones(64, chunks=7), "nvfp4_2d")
 
 
 @pytest.mark.parametrize(("model", "fmt", "acc", "options"), MODELS, ids=[m[0] for m in MODELS])

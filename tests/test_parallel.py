@@ -28,13 +28,13 @@ def small_grain(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
     """Split even small calls, and record how many tiles each parallel run had."""
     monkeypatch.setattr(parallel, "GRAIN", 64.0)
     seen: list[int] = []
-    real = parallel.run
+    real = parallel.map_tiles
 
     def spy(fn: Any, items: Any) -> Any:
         seen.append(len(items))
         return real(fn, items)
 
-    monkeypatch.setattr(parallel, "run", spy)
+    monkeypatch.setattr(parallel, "map_tiles", spy)
     yield seen
 
 
@@ -100,7 +100,7 @@ def test_tiles_run_once_each_in_order_and_do_not_nest() -> None:
         return i * i
 
     with fpemu.threads(3):
-        assert parallel.run(fn, list(range(20))) == [i * i for i in range(20)]
+        assert parallel.map_tiles(fn, list(range(20))) == [i * i for i in range(20)]
     assert inner == [1] * 20  # a tile never splits again
 
 
@@ -111,7 +111,7 @@ def test_first_failing_tile_raises() -> None:
         return i
 
     with fpemu.threads(4), pytest.raises(ValueError, match="tile 5"):
-        parallel.run(fn, list(range(12)))
+        parallel.map_tiles(fn, list(range(12)))
 
 
 def test_blas_held_to_one_thread_while_tiles_run() -> None:
@@ -122,7 +122,7 @@ def test_blas_held_to_one_thread_while_tiles_run() -> None:
 
     before = blas_threads(0)
     with fpemu.threads(2):
-        during = parallel.run(blas_threads, [0, 1])
+        during = parallel.map_tiles(blas_threads, [0, 1])
     assert before and all(n == [1] * len(before) for n in during)
     assert blas_threads(0) == before  # restored
 
@@ -217,7 +217,9 @@ def test_matmul_same_bits_for_every_thread_count(
 
 def test_matmul_with_rng_is_one_call(small_grain: list[int]) -> None:
     rng = np.random.default_rng(0)
-    a, b = values(rng, (31, 40), "fp16"), values(rng, (40, 29), "fp16")
+    # float16 data: nothing to round, so any split would be the model's
+    a, b = values(rng, (31, 40), "fp16").astype(np.float16), values(rng, (40, 29), "fp16")
+    b = b.astype(np.float16)
     kw: dict[str, Any] = dict(fmt="fp16", acc="bf16", mode="stochastic")
     with fpemu.threads(1):
         want = fpemu.matmul(a, b, rng=np.random.default_rng(4), **kw)
@@ -294,7 +296,7 @@ def test_forked_child_gets_a_fresh_pool() -> None:
     import multiprocessing  # noqa: PLC0415
 
     with fpemu.threads(2):
-        parallel.run(lambda i: i, [0, 1])  # the parent's pool has threads now
+        parallel.map_tiles(lambda i: i, [0, 1])  # the parent's pool has threads now
     ctx = multiprocessing.get_context("fork")
     with ctx.Pool(1) as pool:
         assert pool.apply_async(_child_tiles).get(timeout=120) == [0, 1, 4]
@@ -302,4 +304,20 @@ def test_forked_child_gets_a_fresh_pool() -> None:
 
 def _child_tiles() -> list[int]:
     with fpemu.threads(2):
-        return parallel.run(lambda i: i * i, [0, 1, 2])
+        return parallel.map_tiles(lambda i: i * i, [0, 1, 2])
+
+
+@pytest.mark.parametrize("fmt", ["fp16", "bf16", "e4m3"])
+def test_matmul_input_rounding_same_bits(fmt: str, small_grain: list[int]) -> None:
+    """Inputs not yet in fmt are rounded in tiles too (and exact ones skip it in tiles)."""
+    rng = np.random.default_rng(12)
+    a = rng.standard_normal((37, 41)) * np.exp2(rng.integers(-20, 10, (37, 41)))
+    b = rng.standard_normal((41, 23))
+    a[3, :5] = fpemu.round(a[3, :5], fmt)  # some values already exact
+    with fpemu.threads(1):
+        want = fpemu.matmul(a, b, fmt=fmt, model="h100" if fmt != "e4m3" else "sequential")
+    for n in THREADS:
+        with fpemu.threads(n):
+            got = fpemu.matmul(a, b, fmt=fmt, model="h100" if fmt != "e4m3" else "sequential")
+        assert same_bits(got, want), n
+    assert max(small_grain) > 1

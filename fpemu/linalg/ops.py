@@ -58,6 +58,7 @@ from typing import Any
 
 import numpy as np
 
+from fpemu import parallel
 from fpemu.backend import xp
 from fpemu.daskarray import is_dask, matmul_dask
 from fpemu.formats import Format, FormatLike, get_format
@@ -114,7 +115,11 @@ def matmul(
            [8.0000000e+00, 9.0002003e+00]], dtype=float32)
     """
     if is_dask(a) or is_dask(b) or is_dask(c):  # lazily, K whole per block (fpemu.daskarray)
-        return matmul_dask(a, b, c=c, fmt=fmt, acc=acc, out=out, model=model, **options)
+        get_model(model)  # an unknown model fails now, not at compute time
+        fo = get_format(acc if out is None else out, arg="out" if out is not None else "acc")
+        dtype = np.float32 if _fits_float32(fo) else np.float64
+        return matmul_dask(matmul, a, b, c=c, dtype=dtype, fmt=fmt, acc=acc, out=out,
+                           model=model, **options)  # fmt: skip
     f = get_format(fmt, arg="fmt")
     # An instruction model with mixed A/B formats (e4m3 x e5m2, FP6/FP4): b in its own format.
     fb = get_format(options["b_fmt"], arg="b_fmt") if options.get("b_fmt") is not None else f
@@ -238,15 +243,34 @@ def _round_input(x: Any, given: Any, f: Format, *, keep32: bool) -> Any:
         src == np_.float32 and _same_format(f, _F32)
     ):
         return x
-    if np_ is np and x.dtype == np.float64 and _exact_float64(x, f):
+    if np_ is not np or x.dtype != np.float64:
+        return fround(x, f)
+    # element-wise work: contiguous data splits into tiles on threads (fpemu.parallel)
+    flat: Any = x.reshape(-1) if x.flags.c_contiguous else None
+    parts = [slice(0, x.size)] if flat is None else parallel.tiles(x.size, cost=3.0)
+    if len(parts) == 1:
+        exact = _exact_float64(x, f)
+    else:
+        exact = all(parallel.map_tiles(lambda s: _exact_float64(flat[s], f), parts))
+    if exact:
         # already on f's grid (pre-rounded data, the common case): rounding would return x,
         # and these read-only checks cost a fraction of a rounding pass
         return x.astype(np.float32) if keep32 else x
-    if np_ is np and x.dtype == np.float64 and _same_format(f, _F16):
+    if _same_format(f, _F16):
         # NumPy's float64 -> float16 cast is this rounding (RNE, gradual underflow, overflow to
         # inf; the test of the accumulator casts checks it against the oracle), in one pass
-        with np.errstate(over="ignore", invalid="ignore"):
-            return x.astype(np.float16).astype(np.float32 if keep32 else np.float64)
+        out = np.empty(x.shape, np.float32 if keep32 else np.float64)
+
+        def cast(src: Any, dst: Any) -> None:
+            with np.errstate(over="ignore", invalid="ignore"):
+                dst[...] = src.astype(np.float16)
+
+        if len(parts) == 1:
+            cast(x, out)
+        else:
+            dst = out.reshape(-1)
+            parallel.map_tiles(lambda s: cast(flat[s], dst[s]), parts)
+        return out
     return fround(x, f)
 
 

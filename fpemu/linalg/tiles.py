@@ -94,6 +94,6 @@ def run_model(fn: Model, a: Any, b: Any, c: Any, **kwargs: Any) -> Any:
             return fn(a[..., s, :], b, None if c is None else c[..., s, :], **kwargs)
         return fn(a, b[..., s], None if c is None else c[..., s], **kwargs)
 
-    pieces = [np.asarray(p) for p in parallel.run(one, parts)]
+    pieces = [np.asarray(p) for p in parallel.map_tiles(one, parts)]
     where = 0 if axis == 0 else axis - 3  # batch axis 0, rows -2, columns -1
     return np.concatenate(pieces, axis=where)

@@ -93,8 +93,9 @@ def quantize(
             size that does not divide the axis, a bad axis, NaN input to NVFP4.
     """
     if is_dask(x):  # lazily, chunk by chunk (fpemu.daskarray)
-        lazy: Quantized = quantize_dask(x, block_format, axis=axis, scale_rule=scale_rule,
-                                        mode=mode, rng=rng, pad=pad)  # fmt: skip
+        lazy: Quantized = quantize_dask(_quantize, Quantized, x, get_block_format(block_format),
+                                        axis=axis, scale_rule=scale_rule, mode=mode, rng=rng,
+                                        pad=pad)  # fmt: skip
         return lazy
     return _quantize(x, block_format, axis=axis, scale_rule=scale_rule, mode=mode, rng=rng,
                      pad=pad)  # fmt: skip
@@ -162,7 +163,7 @@ def dequantize(q: Quantized) -> Any:
     if not isinstance(q, Quantized):
         raise TypeError(f"q must be a fpemu.quant.Quantized, got {type(q).__name__}")
     if is_dask(q.elements):
-        return dequantize_dask(q)
+        return dequantize_dask(dequantize, q)
     np_ = xp(q.elements)
     bs = q.block_format.block_size
     e = np_.moveaxis(q.elements, q.axis, -1)
@@ -247,7 +248,9 @@ def _quantize_mx_tiles(blocks: Any, bf: BlockFormat, rule: str, mode: str, rng: 
     if len(parts) == 1:
         return _quantize_mx(blocks, bf, rule, mode, rng)
     index = (slice(None),) * axis
-    outs = parallel.run(lambda t: _quantize_mx(blocks[(*index, t)], bf, rule, mode, rng), parts)
+    outs = parallel.map_tiles(
+        lambda t: _quantize_mx(blocks[(*index, t)], bf, rule, mode, rng), parts
+    )
     return (*(np_.concatenate([o[i] for o in outs], axis=axis) for i in range(4)), None)
 
 

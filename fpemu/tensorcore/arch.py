@@ -50,6 +50,7 @@ from fpemu.tensorcore.block import (
     chain_blocks,
     labels,
 )
+from fpemu.tensorcore.rows import dot_batch
 from fpemu.tensorcore.via_fp16 import via_fp16
 
 #: Input formats with their family name in the architecture table.
@@ -272,11 +273,18 @@ def tensor_core_matmul(
         labels(a, f, zeros=spec.zeros, arg="a")  # the FP16 blocks check FP16 exactness only
         labels(b, f, zeros=spec.zeros, arg="b")
         d = via_fp16(a, b, c_arr, spec=spec)
-    else:
-        d = chain_blocks(a, b, c_arr, spec=spec, fmt=f)
+    else:  # a batch of single dot products runs on the row-tile kernel of dpa (same bits)
+        rows = dot_batch(a, b, c_arr, spec=spec, fmt=f, b_fmt=f, c_fmt=_c_format(spec))
+        d = chain_blocks(a, b, c_arr, spec=spec, fmt=f) if rows is None else rows
     if out_f != spec.result.fmt:
         d = np_.asarray(fround(d, out_f), dtype=np_.float64)
     return d
+
+
+def _c_format(spec: BlockSpec) -> Format:
+    """The format of C for :func:`chain_blocks` (its default: FP32 for FP32-range results)."""
+    res = spec.result.fmt
+    return get_format("float32") if res.ebits == 8 else res
 
 
 def make_model(arch: str | Arch) -> Callable[..., F64]:

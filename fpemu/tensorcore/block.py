@@ -289,11 +289,6 @@ def chain_blocks(
     batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
     shape = (*batch, a.shape[-2], b.shape[-1])
     b_fmt = fmt if b_fmt is None else b_fmt
-    from fpemu.tensorcore.rows import dot_batch  # noqa: PLC0415 - rows imports this module
-
-    d = dot_batch(a, b, c, spec=spec, fmt=fmt, b_fmt=b_fmt, c_fmt=c_fmt)
-    if d is not None:  # a batch of single dot products: the row-tile kernel
-        return d
     for x, f, arg in ((a, fmt, "a"), (b, b_fmt, "b"), (c, c_fmt, "c")):
         check_exact(x, f, arg)  # from the bits: cheaper than rounding every operand
     la = labels(a, fmt, zeros=spec.zeros, check=False)

@@ -170,7 +170,7 @@ def dpa(
             return dpa(a[s], b[s], c[s], instruction=ins, a_fmt=fa, b_fmt=fb, c_fmt=fc,
                        scale_a=sa, scale_b=sb, scale_fmt=scale_fmt, k=kk)  # fmt: skip
 
-        tiled: F64 = np_.concatenate(parallel.run(one, parts))
+        tiled: F64 = np_.concatenate(parallel.map_tiles(one, parts))
         return tiled
     if ins.algorithm in ("t-fdpa", "st-fdpa", "gst-fdpa"):
         return _nvidia(ins, a, b, c, fa, fb, fc, L, K, scale_a, scale_b, scale_fmt)

@@ -240,12 +240,14 @@ def dot_batch(a: F64, b: F64, c: F64, *, spec: BlockSpec, fmt: Format, b_fmt: Fo
               c_fmt: Format) -> F64 | None:  # fmt: skip
     """:func:`fpemu.tensorcore.block.chain_blocks` of a batch of single dot products, or None.
 
+    :func:`fpemu.tensorcore.tensor_core_matmul` (every architecture model) tries it first.
+
     ``(..., 1, K) @ (..., K, 1)`` (+ ``c`` ``(..., 1, 1)``) is a batch of dot products: this
     module's row kernel computes the same blocks with one row per product instead of one tiny
     matrix each, several times faster (so ``fpemu.matmul(a[:, None, :], b[:, :, None],
     model="h100")`` runs at the speed of :func:`fpemu.tensorcore.mma.dpa`). It states the zero
     rule ``"floor"`` with the sign rule ``"positive"`` and needs a label :func:`plan`; None
-    for other shapes and specs, which ``chain_blocks`` computes itself.
+    for other shapes and specs (the caller then runs ``chain_blocks``).
 
     >>> from fpemu.formats import get_format
     >>> from fpemu.tensorcore.block import FP32_TRUNC
