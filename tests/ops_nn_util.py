@@ -81,6 +81,6 @@ def rerun(path: str, capabilities: tuple[str, ...] = ("default", "avx2")) -> Non
                "-p", "no:randomly"]  # fmt: skip
         procs.append((cap, subprocess.Popen(cmd, cwd=root, env=env, stdout=subprocess.PIPE,
                                             stderr=subprocess.STDOUT, text=True)))  # fmt: skip
-    for cap, p in procs:
-        out, _ = p.communicate(timeout=300)
-        assert p.returncode == 0, f"ATEN_CPU_CAPABILITY={cap}\n{out[-4000:]}"
+    results = [(cap, p.communicate(timeout=300)[0], p.returncode) for cap, p in procs]
+    for cap, out, code in results:  # every child reaped before any assertion can fail
+        assert code == 0, f"ATEN_CPU_CAPABILITY={cap}\n{out[-4000:]}"

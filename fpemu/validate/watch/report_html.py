@@ -37,13 +37,11 @@ def _rows(groups: list[dict[str, Any]]) -> list[list[Any]]:
 
 def watch_page(report: Any) -> str:
     """The page of a :class:`~fpemu.validate.watch.WatchReport`."""
-    from fpemu.validate.watch.report import VERDICTS  # noqa: PLC0415
-
     page = Page("fpemu watch report", summary=report.summary(), tone="good" if report.ok else "bad")
     top = page.section("Verdicts")
     top.facts({k: v for k, v in report.settings.items()})
     stacks = {v: [sum(1 for r in report.rows if r["phase"] == p and r["verdict"] == v)
-                  for p in _PHASES] for v in VERDICTS}  # fmt: skip
+                  for p in _PHASES] for v in report.counts}  # fmt: skip
     top.figure(figures.stacked_bars(_PHASES, stacks, colours=_COLOURS, xlabel="ops"),
                "ATen ops per phase, by verdict")  # fmt: skip
     top.table(["verdict", "ops"], [[v, n] for v, n in report.counts.items()],
