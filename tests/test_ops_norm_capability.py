@@ -28,7 +28,8 @@ def test_exact_claims_hold_under_default_and_avx2() -> None:
         runs[cap] = subprocess.Popen(
             cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
         )
+    outs = {cap: proc.communicate(timeout=300)[0] for cap, proc in runs.items()}  # reap all
     for cap, proc in runs.items():
-        out, _ = proc.communicate(timeout=300)
+        out = outs[cap]
         assert proc.returncode == 0, (cap, out[-3000:])
         assert " passed" in out and "skipped" not in out and "failed" not in out, (cap, out[-500:])

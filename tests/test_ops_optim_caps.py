@@ -59,7 +59,8 @@ def test_capabilities() -> None:
             [sys.executable, "-c", _SCRIPT], env=env, cwd=root, text=True,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         )  # fmt: skip
+    outs = {cap: proc.communicate(timeout=300)[0] for cap, proc in procs.items()}  # reap all
     for cap, proc in procs.items():
-        out, _ = proc.communicate(timeout=300)
+        out = outs[cap]
         assert proc.returncode == 0, out
         assert cap.upper() in out, out
