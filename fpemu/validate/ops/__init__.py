@@ -56,7 +56,9 @@ class Call:
         options: anything else an emulation needs from its caller. ``watch`` passes
             ``"outputs"``: torch's own outputs (NumPy, schema order), for the few ops whose
             result is not a function of their inputs (a random mask is judged given torch's
-            own draw); ``emulate`` passes its policy.
+            own draw), and ``"num_threads"``: torch's intra-op thread count (per-thread partial
+            sums of LayerNorm/BatchNorm parameter gradients depend on it); ``emulate`` passes
+            its policy.
     """
 
     op: str

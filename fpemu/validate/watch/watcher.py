@@ -99,6 +99,7 @@ class Watcher:
         import torch  # noqa: PLC0415
 
         self._current_node = torch._C._current_autograd_node
+        self._threads = torch.get_num_threads  # how torch splits rows: some sums depend on it
         self.seconds = 0.0
 
     # -- where an op runs -------------------------------------------------------------------
@@ -221,7 +222,7 @@ class Watcher:
             dict(np_kwargs),
             tuple(row["out_dtypes"]),
             capability=self.capability,
-            options={"outputs": np_outs},
+            options={"outputs": np_outs, "num_threads": self._threads()},
         )
         try:
             emulated = list(emulation(call))
