@@ -38,7 +38,7 @@ import numpy as np
 from fpemu.validate.ops import Call, Out, bounded, exact, register
 from fpemu.validate.ops._num import fmt, to
 
-__all__ = ["gemm"]
+__all__ = ["emulated_model", "gemm"]
 
 U32 = 2.0**-24
 U64 = 2.0**-53
@@ -86,6 +86,29 @@ def gemm(
     return bounded(to(s, name), err, reason, center=s)
 
 
+#: models that take float32/float64 inputs (the ordered chains); a tensor-core model does not
+_WIDE_OK = frozenset({"sequential", "pairwise", "blocked"})
+
+
+def emulated_model(model: str, fmt_name: str) -> str:
+    """The accumulation model ``emulate`` runs for ``model`` on inputs of ``fmt_name``.
+
+    ``"fast"`` (BLAS order, not reproducible) runs as the ordered ``"blocked"`` chain: an
+    emulated value must be the same bits on every CPU and thread count. A float32 or float64
+    GEMM under a model without such inputs (a tensor-core model) runs as CUDA cores run it with
+    torch's default ``allow_tf32=False``: one FMA chain per output (``"sequential"``).
+
+    >>> emulated_model("fast", "bfloat16"), emulated_model("h100", "float32")
+    ('blocked', 'sequential')
+    """
+    if model == "fast":
+        return "blocked"
+    wide = fmt_name in ("float32", "float64")
+    if wide and model not in _WIDE_OK and not model.endswith(("f32.f32", "f64.f64")):
+        return "sequential"
+    return model
+
+
 def _emulated(
     call: Call, a: np.ndarray, b: np.ndarray, c: Any, *, alpha: float, beta: float
 ) -> np.ndarray:
@@ -94,15 +117,20 @@ def _emulated(
     name = call.out_dtypes[0]
     if alpha != 1.0 or beta not in (0.0, 1.0):
         raise ValueError(f"alpha={alpha}, beta={beta}: emulated GEMMs take alpha=1, beta in (0, 1)")
+    src = fmt(a)
+    acc = "float64" if src == "float64" else "float32"
     cc = None if c is None or beta == 0.0 else np.asarray(c).astype(np.float64)
+    # float32 views of the operands are exact (float16/bfloat16/float32 values); matmul skips
+    # its float64 widening for them
+    wide = np.float64 if src == "float64" else np.float32
     r = matmul(
-        a.astype(np.float64),
-        b.astype(np.float64),
-        fmt=fmt(a),
-        acc="float32",
+        a.astype(wide, copy=False),
+        b.astype(wide, copy=False),
+        fmt=src,
+        acc=acc,
         out=name,
         c=cc,
-        model=str(call.model),
+        model=emulated_model(str(call.model), src),
     )
     return to(np.asarray(r), name)
 
