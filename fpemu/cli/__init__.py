@@ -47,6 +47,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "one MX/NVFP4 block under every scale rule: amax, scales, codes, errors",
     ),
     "verify": ("fpemu.cli.verify", "run a verification campaign (fpemu verify --list)"),
+    "emulate": ("fpemu.cli.emulate", "run your torch function under emulated GPU numerics"),
 }
 
 __all__ = ["COMMANDS", "build_parser", "main", "version"]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["summary_text"]
+__all__ = ["summary_text", "traces_text"]
 
 
 def _by_name(counts: dict[str, int]) -> str:
@@ -32,4 +32,29 @@ def summary_text(em: Any) -> str:
         lines += [f"  {k}: {v}" for k, v in sorted(em.failed.items())]
     for name, st in sorted(em.state.items()):
         lines.append(f"recipe state {name}: {st.describe()}")
+    return "\n".join(lines)
+
+
+def _series(values: list[float], *, most: int = 12) -> str:
+    shown = values if len(values) <= most else values[: most // 2] + values[-most // 2 :]
+    text = " ".join(f"{v:.4g}" for v in shown)
+    return (
+        text
+        if len(values) <= most
+        else text.replace(f"{shown[most // 2 - 1]:.4g} ", f"{shown[most // 2 - 1]:.4g} ... ", 1)
+    )
+
+
+def traces_text(em: Any) -> str:
+    """Per Linear module and role, the amax and scale of every step (recipes only).
+
+    MX/NVFP4 recipes have one scale per block: their scale trace reads ``nan``.
+    """
+    lines = []
+    for name, st in sorted(em.state.items()):
+        for role in ("input", "weight", "grad_output"):
+            amax = st.trace(role, "amax")
+            if amax:
+                lines.append(f"{name} {role} amax: {_series(amax)}")
+                lines.append(f"{name} {role} scale: {_series(st.trace(role, 'scale'))}")
     return "\n".join(lines)
