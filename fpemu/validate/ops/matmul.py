@@ -30,6 +30,7 @@ output dtype; the result is exact by definition (it is what the emulated hardwar
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -38,7 +39,7 @@ import numpy as np
 from fpemu.validate.ops import Call, Out, bounded, exact, register
 from fpemu.validate.ops._num import fmt, to
 
-__all__ = ["emulated_model", "gemm"]
+__all__ = ["emulated_model", "exact32", "gemm"]
 
 U32 = 2.0**-24
 U64 = 2.0**-53
@@ -93,20 +94,121 @@ _WIDE_OK = frozenset({"sequential", "pairwise", "blocked"})
 def emulated_model(model: str, fmt_name: str) -> str:
     """The accumulation model ``emulate`` runs for ``model`` on inputs of ``fmt_name``.
 
-    ``"fast"`` (BLAS order, not reproducible) runs as the ordered ``"blocked"`` chain: an
-    emulated value must be the same bits on every CPU and thread count. A float32 or float64
-    GEMM under a model without such inputs (a tensor-core model) runs as CUDA cores run it with
-    torch's default ``allow_tf32=False``: one FMA chain per output (``"sequential"``).
+    ``"fast"`` on float16/bfloat16/float32 inputs is ``"exact32"`` (:func:`exact32`: the exact
+    sum rounded once to float32, the value every float32 BLAS order approximates, and the same
+    bits on every CPU and thread count, which a BLAS result is not); on float64 inputs the FMA
+    chain. A float32 or float64 GEMM under a model without such inputs (a tensor-core model)
+    runs as CUDA cores run it with torch's default ``allow_tf32=False``: one FMA chain per
+    output (``"sequential"``).
 
     >>> emulated_model("fast", "bfloat16"), emulated_model("h100", "float32")
-    ('blocked', 'sequential')
+    ('exact32', 'sequential')
     """
-    if model == "fast":
-        return "blocked"
     wide = fmt_name in ("float32", "float64")
+    if model == "fast":
+        return "sequential" if fmt_name == "float64" else "exact32"
     if wide and model not in _WIDE_OK and not model.endswith(("f32.f32", "f64.f64")):
         return "sequential"
     return model
+
+
+def _low_exp(x: np.ndarray, prec: int, axis: int) -> np.ndarray:
+    """Per row (``axis=-1``) or column (``axis=-2``): an exponent ``q`` such that every value is
+    a multiple of ``2**q`` (the smallest ulp, ``2**(E - prec)`` for ``x = f 2**E``)."""
+    _, e = np.frexp(x)
+    q = np.where(x != 0, e - prec, 1 << 20)
+    return np.asarray(np.min(q, axis=axis, keepdims=True, initial=1 << 20), np.float64)
+
+
+def exact32(a: Any, b: Any, c: Any = None) -> np.ndarray:
+    """``RN32(c + sum_k a[..., i, k] b[..., k, j])``: the exact sum rounded once to float32.
+
+    ``a`` and ``b`` hold float32 values (float16, bfloat16, float32 data), so each product is
+    exact in float64 (at most 48 significant bits, exponents within float64's range). A float64
+    BLAS GEMM ``s`` of them lies within ``e = gamma_(K+1) m`` of the exact sum in any order
+    (Higham 3.5, the products being exact; ``m = |c| + sum |a b|``). ``m`` is bounded from
+    above by a float32 GEMM of the magnitudes divided by ``1 - gamma_K`` (a sum of non-negative
+    terms loses at most that factor; its order only decides which elements are recomputed, not
+    their values). Where ``RN32(s - e)`` and ``RN32(s + e)`` agree (the round-to-nearest map is
+    monotone), that is the result whatever order BLAS took; elsewhere (a float32 rounding
+    boundary within ``e``) ``s`` is still exact where every term is a multiple of ``2**q`` and
+    ``m <= 2**(53 + q)`` (then every partial sum in any order is exact; ``q`` from the rows'
+    and columns' smallest ulps); the rest is recomputed with :func:`math.fsum` (correctly
+    rounded to float64; a float32 tie of that float64 value is broken by the sign of the exact
+    residual). A sum that is exactly zero is +0 (an accumulator from +0) unless ``c`` is -0 and
+    every product is -0. Non-finite results (inf/NaN inputs) come from NumPy's einsum without
+    BLAS: IEEE sums of infinities and NaNs do not depend on the order (no finite float64 sum of
+    these products overflows); NaN is float32's default NaN.
+
+    >>> x = np.float32([[2.0**24, 1.0, 1.0]]); y = np.float32([[1.0], [1.0], [1.0]])
+    >>> float(exact32(x, y)[0, 0]) == 2.0**24 + 2  # a float32 chain would give 2**24
+    True
+    """
+    a64, b64 = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    k = a64.shape[-1]
+    with np.errstate(over="ignore", invalid="ignore"):
+        s = np.matmul(a64, b64)
+        m = np.matmul(np.abs(a64).astype(np.float32), np.abs(b64).astype(np.float32))
+        m = m.astype(np.float64) / (1.0 - _gamma(k, U32))
+    c64 = None if c is None else np.broadcast_to(np.asarray(c, np.float64), s.shape)
+    if c64 is not None:
+        s = s + c64
+        m = m + np.abs(c64)
+    g = _gamma(k + 1, U64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        e = m * g + np.abs(s) * 2.0**-52  # + the rounding of s +- e itself
+        lo, hi = (s - e).astype(np.float32), (s + e).astype(np.float32)
+        out = s.astype(np.float32)
+    finite = np.isfinite(s)
+    redo = finite & ~(lo == hi)  # an infinite m (float32 overflow) gives lo = -inf, hi = inf
+    zero = finite & (m == 0)  # every term is +-0: +0 unless c is -0 (all products -0?)
+    out[zero] = np.float32(0.0)
+    if c64 is not None:
+        redo |= zero & np.signbit(c64)
+    if redo.any():  # terms on a grid 2**q with m <= 2**(53 + q): s is exact in any order
+        pa = {"bfloat16": 8, "float16": 11}.get(fmt(np.asarray(a)), 24)
+        pb = {"bfloat16": 8, "float16": 11}.get(fmt(np.asarray(b)), 24)
+        q = _low_exp(a64, pa, -1) + _low_exp(b64, pb, -2)
+        if c64 is not None:
+            _, ec = np.frexp(c64)
+            q = np.minimum(q, np.where(c64 != 0, ec - 24, 1 << 20))
+        with np.errstate(over="ignore"):
+            exact = (m <= np.ldexp(1.0, np.minimum(q + 53, 1000).astype(np.int64))) & (m > 0)
+        redo &= ~exact
+    if not finite.all():
+        with np.errstate(over="ignore", invalid="ignore"):
+            s_ieee = np.einsum("...mk,...kn->...mn", a64, b64, optimize=False)
+            if c64 is not None:
+                s_ieee = s_ieee + c64
+        bad = ~finite
+        out[bad] = np.where(np.isnan(s_ieee[bad]), np.float32(np.nan), s_ieee[bad])
+    if redo.any():
+        ab = np.broadcast_to(a64, (*s.shape[:-1], k))
+        bb = np.broadcast_to(b64, (*s.shape[:-2], k, s.shape[-1]))
+        for idx in zip(*np.nonzero(redo), strict=True):
+            *bt, i, j = idx
+            terms = list(ab[(*bt, i)] * bb[(*bt, slice(None), j)])
+            if c64 is not None:
+                terms.append(float(c64[idx]))
+            out[idx] = _round32(terms, c64 is not None)
+    return np.asarray(out, np.float32)
+
+
+def _round32(terms: list[float], has_c: bool) -> np.float32:
+    """RN32 of the exact sum of float64 ``terms`` (the last one is ``c`` if ``has_c``)."""
+    f = math.fsum(terms)
+    if f == 0.0:
+        neg = has_c and all(math.copysign(1.0, t) < 0 and t == 0 for t in terms)
+        return np.float32(-0.0 if neg else 0.0)
+    with np.errstate(over="ignore"):  # beyond float32: RN gives inf
+        v = np.float32(f)
+    down = v if float(v) <= f else np.nextafter(v, np.float32(-np.inf))
+    up = v if float(v) >= f else np.nextafter(v, np.float32(np.inf))
+    if down != up and f - float(down) == float(up) - f:  # f is a float32 tie: which side is x?
+        r = math.fsum([*terms, -f])
+        if r != 0.0:
+            return np.float32(up if r > 0 else down)
+    return v
 
 
 def _emulated(
@@ -118,8 +220,10 @@ def _emulated(
     if alpha != 1.0 or beta not in (0.0, 1.0):
         raise ValueError(f"alpha={alpha}, beta={beta}: emulated GEMMs take alpha=1, beta in (0, 1)")
     src = fmt(a)
-    acc = "float64" if src == "float64" else "float32"
     cc = None if c is None or beta == 0.0 else np.asarray(c).astype(np.float64)
+    model = emulated_model(str(call.model), src)
+    if model == "exact32":
+        return to(exact32(a, b, cc), name)
     # float32 views of the operands are exact (float16/bfloat16/float32 values); matmul skips
     # its float64 widening for them
     wide = np.float64 if src == "float64" else np.float32
@@ -127,10 +231,10 @@ def _emulated(
         a.astype(wide, copy=False),
         b.astype(wide, copy=False),
         fmt=src,
-        acc=acc,
+        acc="float64" if src == "float64" else "float32",
         out=name,
         c=cc,
-        model=emulated_model(str(call.model), src),
+        model=model,
     )
     return to(np.asarray(r), name)
 
