@@ -18,6 +18,11 @@ torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
 import fpemu  # noqa: E402
+from fpemu.validate.ops.matmul import exact32  # noqa: E402
+from reference.dot import exact_dot  # noqa: E402
+from reference.rounding import round_value  # noqa: E402
+from reference.spec import FLOAT32  # noqa: E402
+from reference.value import to_float  # noqa: E402
 
 LOW = {"float16": (torch.float16, np.float16), "bfloat16": (torch.bfloat16, ml_dtypes.bfloat16)}
 #: (policy, model, low dtype): each model takes that input format
@@ -149,9 +154,85 @@ def test_float32_program_without_region() -> None:
     assert (bits(tnp(y)) == bits(np.asarray(want, np.float32))).all()
 
 
-def test_fast_is_the_ordered_blocked_chain() -> None:
-    x, w = data((8, 100), (5, 100), seed=2)
-    with fpemu.emulate(policy="torch_cuda_bf16", model="fast", autocast=True):
-        y = F.linear(x, w)
-    want = ref(low(x, "bfloat16"), low(w, "bfloat16").T, "bfloat16", "blocked")
-    assert (bits(tnp(y)) == bits(want)).all()
+def _oracle32(a: np.ndarray, b: np.ndarray, c: np.ndarray | None) -> np.ndarray:
+    """RN32 of the exact ``c + a @ b``, by reference/ (Fractions), element by element."""
+    out = np.empty((a.shape[0], b.shape[1]), np.float32)
+    for i in range(a.shape[0]):
+        for j in range(b.shape[1]):
+            x = exact_dot(list(map(float, a[i])), list(map(float, b[:, j])),
+                          None if c is None else float(c[j]))  # fmt: skip
+            v = to_float(round_value(x, FLOAT32, "rne"))
+            if x == 0:  # IEEE: an exact zero sum is +0 unless every term (c included) is -0
+                terms = [float(p) for p in a[i].astype(np.float64) * b[:, j]]
+                neg = c is not None and all(np.signbit([*terms, float(c[j])]))
+                v = -0.0 if neg else 0.0
+            out[i, j] = v
+    return out
+
+
+def _adversarial(name: str, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Operands whose exact sums sit on float32 ties and need every term: big terms that
+    cancel, a float32 midpoint made of low-precision terms, tiny terms breaking the tie,
+    products below float32's normal range, +-0."""
+    rng = np.random.default_rng(seed)
+    lowt = LOW[name][1]
+    k = 48
+    a = (rng.standard_normal((12, k)) * np.exp2(rng.integers(-5, 3, (12, k)))).astype(lowt)
+    b = (rng.standard_normal((k, 10)) * np.exp2(rng.integers(-5, 3, (k, 10)))).astype(lowt)
+    a[0, :4], b[:4, 0] = [2.0**10, 1.0, -(2.0**10), 2.0**-13], [1, 2.0**-14, 1, 1]  # tie + tiny
+    a[1, :3], b[:3, 1] = [2.0**12, 1.0, 0.0], [1.0, 2.0**-12, 0.0]  # a float32 midpoint
+    a[1, 3:], b[3:, 1] = 0, 0
+    a[2], b[:, 2] = -0.0, 1.0  # all products -0
+    a[3, :] = a[3, :] * (2.0**-10 if name == "float16" else 2.0**-60)  # tiny products
+    c = (rng.standard_normal(10) * 4).astype(lowt)
+    c[1], c[2] = 0.0, -0.0
+    return a, b, c
+
+
+@pytest.mark.parametrize("name", ["float16", "bfloat16"])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_fast_is_the_exact_sum_rounded_once_to_float32(name: str, seed: int) -> None:
+    """model="fast": RN32 of the exact c + a b (reference/ Fractions), then the output dtype;
+    the same bits whatever order a BLAS would take."""
+    a, b, c = _adversarial(name, seed)
+    ta, tb, tc = (torch.from_numpy(v.astype(np.float32)) for v in (a, b, c))
+    with fpemu.emulate(policy=f"torch_cuda_{'fp16' if name == 'float16' else 'bf16'}",
+                       model="fast", autocast=True):  # fmt: skip
+        y = torch.addmm(tc, ta, tb)
+        z = torch.mm(ta, tb)
+    want_y = _oracle32(a, b, c).astype(LOW[name][1])
+    want_z = _oracle32(a, b, None).astype(LOW[name][1])
+    assert (bits(tnp(y)) == bits(want_y)).all()
+    assert (bits(tnp(z)) == bits(want_z)).all()
+
+
+def test_exact32_float32_inputs_against_the_oracle() -> None:
+    rng = np.random.default_rng(7)
+    a = (rng.standard_normal((9, 40)) * np.exp2(rng.integers(-30, 30, (9, 40)))).astype(np.float32)
+    b = (rng.standard_normal((40, 7)) * np.exp2(rng.integers(-30, 30, (40, 7)))).astype(np.float32)
+    b[:, 0] = a[0] * 0 + 1  # column 0: a row sum with huge cancellation
+    a[0, 1::2] = -a[0, ::2][: a[0, 1::2].size]
+    assert (bits(exact32(a, b)) == bits(_oracle32(a, b, None))).all()
+
+
+def test_exact32_breaks_a_float64_tie_by_the_exact_residual() -> None:
+    """1 + 2**-24 + 2**-80: float64 (fsum too) gives 1 + 2**-24, a float32 tie that rounds to
+    1 by itself; the exact sum is above it, so RN32 is 1 + 2**-23 (and a sum of ties is even)."""
+    a = np.float32([[1.0, 2.0**-24, 2.0**-80], [1.0, 2.0**-24, 0.0], [1.0, 2.0**-24, -(2.0**-80)]])
+    got = exact32(a, np.ones((3, 1), np.float32))[:, 0]
+    assert got.tolist() == [1.0 + 2.0**-23, 1.0, 1.0]
+    assert (bits(got) == bits(_oracle32(a, np.ones((3, 1), np.float32), None)[:, 0])).all()
+
+
+def test_exact32_non_finite_and_huge_magnitudes() -> None:
+    """inf/NaN follow IEEE (0 * inf and inf - inf are NaN); a magnitude GEMM that overflows
+    float32 (2**100 * 2**100) sends the element to the exact path."""
+    inf, nan = np.float32(np.inf), np.float32(np.nan)
+    a = np.float32([[1.0, inf], [0.0, inf], [1.0, nan], [inf, inf], [2.0**100, 1.0]])
+    b = np.float32([[1.0, 1.0], [1.0, -1.0]])
+    got = exact32(a, b)
+    assert np.isnan(got[2]).all() and np.isnan(got[3, 1])
+    assert got[0].tolist() == [np.inf, -np.inf] and got[3, 0] == np.inf
+    a2 = np.float32([[2.0**100, 2.0**-20], [1.0, 1.0]])
+    b3 = np.float32([[2.0**100, 1.0], [1.0, 1.0]])
+    assert exact32(a2, b3)[0].tolist() == [np.inf, 2.0**100]  # 2**200 overflows float32

@@ -12,9 +12,10 @@ result is replaced by fpemu's emulation of that op (:mod:`fpemu.validate.ops`, t
 * ``model``: the accumulation model of every matmul-class op, forward and backward
   (``mm addmm bmm baddbmm mv dot``): any name of :func:`fpemu.models` (``"h100"``,
   ``"sm90.wgmma.bf16.f32"``, ``"cdna3.mfma.f16.f32"``, ``"sequential"``, ...). ``"fast"`` is
-  the ordered ``"blocked"`` chain here: BLAS order is not reproducible, and emulated values
-  must be. float32 GEMMs (outside autocast) run as CUDA cores run them, one FMA chain per output
-  (``"sequential"``), on models that take no float32 inputs (torch's default
+  the exact sum rounded once to float32 here (:func:`fpemu.validate.ops.matmul.exact32`): a
+  BLAS order is not reproducible, and emulated values must be the same bits on every CPU and
+  thread count. float32 GEMMs (outside autocast) run as CUDA cores run them, one FMA chain per
+  output (``"sequential"``), on models that take no float32 inputs (torch's default
   ``allow_tf32=False``);
 * ``recipe``: an FP8/MX/NVFP4 recipe for the Linear layers' GEMMs (:mod:`fpemu.emulate.recipes`).
 
