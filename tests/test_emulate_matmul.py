@@ -236,3 +236,20 @@ def test_exact32_non_finite_and_huge_magnitudes() -> None:
     a2 = np.float32([[2.0**100, 2.0**-20], [1.0, 1.0]])
     b3 = np.float32([[2.0**100, 1.0], [1.0, 1.0]])
     assert exact32(a2, b3)[0].tolist() == [np.inf, 2.0**100]  # 2**200 overflows float32
+
+
+def test_mv_and_dot() -> None:
+    """mv is on CUDA's lower list; dot is on its promote list (float16 inputs stay float16)."""
+    m, v, u = data((6, 40), (40,), (40,), seed=9)
+    with fpemu.emulate(policy="torch_cuda_fp16", model="h100", autocast=True) as em:
+        y = torch.mv(m, v)
+        d = torch.dot(v.half(), u.half())
+        d32 = torch.dot(v, u)  # promote: float32 stays float32 (an FMA chain on CUDA cores)
+    m_, v_, u_ = (low(t, "float16") for t in (m, v, u))
+    assert y.dtype == torch.float16 and d.dtype == torch.float16 and d32.dtype == torch.float32
+    assert (bits(tnp(y)) == bits(ref(m_, v_[:, None], "float16", "h100")[:, 0])).all()
+    assert bits(tnp(d)) == bits(ref(v_[None, :], u_[:, None], "float16", "h100")[0, 0])
+    want32 = fpemu.matmul(tnp(v)[None, :], tnp(u)[:, None], fmt="float32", acc="float32",
+                          model="sequential")  # fmt: skip
+    assert bits(tnp(d32)) == bits(np.asarray(want32, np.float32)[0, 0])
+    assert em.emulated["aten.mv.default"] == 1 and em.emulated["aten.dot.default"] == 2
