@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import time
 from pathlib import Path
 from typing import Any
 
@@ -219,11 +220,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
     ap.add_argument("--plot", type=Path, default=None, help="write the figure here (PNG)")
     args = ap.parse_args(argv)
-    results = {c: run(c, steps=args.steps) for c in args.configs}
+    results, seconds = {}, {}
+    for c in args.configs:
+        t0 = time.perf_counter()
+        results[c] = run(c, steps=args.steps)
+        seconds[c] = time.perf_counter() - t0
     print(table(results))
     for c, r in results.items():
         ne = r["counts"]["not_emulated"]
-        print(f"{c}: ops emulated {r['counts']['emulated']}, not emulated {ne}")
+        print(f"{c}: ops emulated {r['counts']['emulated']}, not emulated {ne}, "
+              f"{seconds[c]:.0f} s")  # fmt: skip
     if args.plot is not None:
         print(f"figure: {plot(results, args.plot)}")
     return 0
