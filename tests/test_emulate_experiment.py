@@ -13,7 +13,7 @@ from fpemu.emulate.experiment import CONFIGS, run
 
 @pytest.mark.parametrize("config", list(CONFIGS))
 def test_every_configuration_trains(config: str) -> None:
-    r = run(config, steps=3, lr=1e-2)
+    r = run(config, steps=3, lr=1e-2, model="fast")  # the named models: test_emulate_matmul
     assert len(r["loss"]) == 3 and all(np.isfinite(r["loss"]))
     assert r["loss"][-1] < r["loss"][0]  # AdamW at lr 1e-2 moves the loss in 3 steps
     assert r["counts"]["emulated"] > 0 and r["counts"]["failed"] == 0
@@ -25,9 +25,10 @@ def test_every_configuration_trains(config: str) -> None:
 def test_fp16_without_scaling_underflows_and_the_scaler_fixes_it() -> None:
     """After a few AdamW steps the softmax sharpens: the attention's q/k gradients (qkv's
     output gradient) fall below fp16's smallest subnormal and flush to zero; the GradScaler's
-    2**16 keeps them; float32 has only the structural zeros of the causal mask."""
-    runs = {c: run(c, steps=8, lr=1e-2) for c in ("fp32", "fp16", "fp16+scaler")}
-    share = {c: float(np.mean(r["zeros"]["blocks.1.qkv"][-3:])) for c, r in runs.items()}
-    assert share["fp16"] > 2 * share["fp32"] + 0.01
-    assert share["fp16+scaler"] < share["fp16"] / 2
+    2**16 keeps them. Structural zeros (float32 has them too): the first position's query
+    gradient, 1/32 of the query third of qkv's output gradient, 1/96."""
+    runs = {c: run(c, steps=4, lr=1e-2, model="fast") for c in ("fp16", "fp16+scaler")}
+    share = {c: r["zeros"]["blocks.1.qkv"][-1] for c, r in runs.items()}
+    assert share["fp16"] > 0.2
+    assert abs(share["fp16+scaler"] - 1 / 96) < 0.002
     assert runs["fp16+scaler"]["scale"][0] == 2.0**16

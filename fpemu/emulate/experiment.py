@@ -107,9 +107,12 @@ def _gpt(vocab: int) -> Any:
     return model
 
 
-def run(config: str, *, steps: int = 40, lr: float = 3e-3) -> dict[str, Any]:
+def run(
+    config: str, *, steps: int = 40, lr: float = 3e-3, model: str | None = None
+) -> dict[str, Any]:
     """Train under ``CONFIGS[config]`` for ``steps`` steps; the loss, scale and underflow
-    traces, the recipe state's amax/scale traces and the op counts."""
+    traces, the recipe state's amax/scale traces and the op counts. ``model`` replaces the
+    configuration's hardware model (the tests use ``"fast"``)."""
     import torch  # noqa: PLC0415
 
     import fpemu.emulate as emulate_module  # noqa: PLC0415
@@ -120,10 +123,10 @@ def run(config: str, *, steps: int = 40, lr: float = 3e-3) -> dict[str, Any]:
     text = _text()
     chars = sorted(set(text))
     data = np.array([chars.index(ch) for ch in text], np.int64)
-    model = _gpt(len(chars))
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, foreach=False)
+    net = _gpt(len(chars))
+    opt = torch.optim.AdamW(net.parameters(), lr=lr, foreach=False)
     scaler = torch.amp.GradScaler("cpu", init_scale=2.0**16) if cfg["scaler"] else None
-    linears = {n: m for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
+    linears = {n: m for n, m in net.named_modules() if isinstance(m, torch.nn.Linear)}
     rng = np.random.default_rng(1)
     t, bsz = SIZES["t"], SIZES["batch"]
     out: dict[str, Any] = {"loss": [], "scale": [], "zeros": {n: [] for n in linears}}
@@ -137,7 +140,7 @@ def run(config: str, *, steps: int = 40, lr: float = 3e-3) -> dict[str, Any]:
 
     for n, m in linears.items():
         m.register_full_backward_hook(hook(n))
-    with emulate_module.emulate(policy=cfg["policy"], model=cfg["model"],
+    with emulate_module.emulate(policy=cfg["policy"], model=model or cfg["model"],
                                 recipe=cfg["recipe"]) as em:  # fmt: skip
         for _ in range(steps):
             starts = rng.integers(0, data.size - t - 1, bsz)
@@ -146,7 +149,7 @@ def run(config: str, *, steps: int = 40, lr: float = 3e-3) -> dict[str, Any]:
             opt.zero_grad(set_to_none=True)
             dtype = getattr(torch, cfg["dtype"] or "float32")
             with torch.autocast("cuda", dtype=dtype, enabled=cfg["dtype"] is not None):
-                logits = model(xb)
+                logits = net(xb)
                 loss = torch.nn.functional.cross_entropy(logits.view(-1, len(chars)),
                                                          yb.reshape(-1))  # fmt: skip
             if scaler is None:

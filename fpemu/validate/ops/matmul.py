@@ -144,7 +144,8 @@ def exact32(a: Any, b: Any, c: Any = None) -> np.ndarray:
     >>> float(exact32(x, y)[0, 0]) == 2.0**24 + 2  # a float32 chain would give 2**24
     True
     """
-    a64, b64 = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    # contiguous operands: NumPy's matmul takes its BLAS path (strided batches do not)
+    a64, b64 = np.ascontiguousarray(a, np.float64), np.ascontiguousarray(b, np.float64)
     k = a64.shape[-1]
     with np.errstate(over="ignore", invalid="ignore"):
         s = np.matmul(a64, b64)
