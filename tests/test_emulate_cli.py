@@ -133,3 +133,18 @@ def test_bad_settings_refused_before_torch_is_imported(prog: Path) -> None:
     r = subprocess.run([sys.executable, "-c", code, f"{prog}:train"], capture_output=True,
                        text=True, env=env, check=True)  # fmt: skip
     assert r.stdout.split() == ["2", "False"]
+
+
+def test_emulate_experiment_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "fig.png"
+    rc = main(["emulate-experiment", "--steps", "1", "--configs", "fp16", "--plot", str(png)])
+    out = capsys.readouterr().out
+    assert rc == 0 and png.stat().st_size > 10_000
+    assert out.startswith("| config | policy / model / recipe | loss 0 |")
+    assert "| fp16 | torch_cuda_fp16 / h100 / - |" in out and "fp16: ops emulated" in out
+
+
+def test_emulate_experiment_plot_folder_must_exist(capsys: pytest.CaptureFixture[str]) -> None:
+    line = _bad(["emulate-experiment", "--plot", "/no/such/folder/f.png"], capsys)
+    assert "--plot /no/such/folder/f.png" in line and "does not exist" in line

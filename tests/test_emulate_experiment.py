@@ -8,7 +8,8 @@ import pytest
 
 pytest.importorskip("torch")
 
-from fpemu.emulate.experiment import CONFIGS, run
+from fpemu.emulate.experiment import CONFIGS
+from fpemu.emulate.experiment import train_config as run
 
 
 @pytest.mark.parametrize("config", list(CONFIGS))

@@ -4,7 +4,7 @@ GradScaler, bf16, TE delayed FP8, MXFP8, NVFP4), each on a named hardware model.
 
 One command reproduces the docs page's tables and figure::
 
-    python -m fpemu.emulate.experiment --steps 40 --plot docs/img/emulate-gpt.png
+    fpemu emulate-experiment --steps 40 --plot docs/img/emulate-gpt.png
 
 The text is eight of Shakespeare's sonnets shipped with fpemu (``fpemu/training/data``); the
 model: token and position embeddings, 2 blocks of causal self-attention (explicit ``q @ k^T``,
@@ -21,15 +21,13 @@ are zero: underflowed, since float32 gives none (a full backward hook, the loop'
 
 from __future__ import annotations
 
-import argparse
 import math
-import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-__all__ = ["CONFIGS", "main", "run"]
+__all__ = ["CONFIGS", "plot", "table", "train_config"]
 
 #: name -> emulate settings and the loop's options (dtype of the autocast region, GradScaler)
 CONFIGS: dict[str, dict[str, Any]] = {
@@ -107,7 +105,7 @@ def _gpt(vocab: int) -> Any:
     return model
 
 
-def run(
+def train_config(
     config: str, *, steps: int = 40, lr: float = 3e-3, model: str | None = None
 ) -> dict[str, Any]:
     """Train under ``CONFIGS[config]`` for ``steps`` steps; the loss, scale and underflow
@@ -208,35 +206,9 @@ def plot(results: dict[str, dict[str, Any]], path: Path) -> Path:
     ax2.set(title="scales", xlabel="step", yscale="log")
     ax3.set(title="amax (blocks.0.fc grad_output)", xlabel="step", yscale="log")
     for ax in (ax1, ax2, ax3):
-        ax.legend(fontsize=6)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=6)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     return path
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m fpemu.emulate.experiment``: run the configs, print the table."""
-    ap = argparse.ArgumentParser(prog="python -m fpemu.emulate.experiment",
-                                 description=__doc__.splitlines()[0])  # fmt: skip
-    ap.add_argument("--steps", type=int, default=40)
-    ap.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
-    ap.add_argument("--plot", type=Path, default=None, help="write the figure here (PNG)")
-    args = ap.parse_args(argv)
-    results, seconds = {}, {}
-    for c in args.configs:
-        t0 = time.perf_counter()
-        results[c] = run(c, steps=args.steps)
-        seconds[c] = time.perf_counter() - t0
-    print(table(results))
-    for c, r in results.items():
-        ne = r["counts"]["not_emulated"]
-        print(f"{c}: ops emulated {r['counts']['emulated']}, not emulated {ne}, "
-              f"{seconds[c]:.0f} s")  # fmt: skip
-    if args.plot is not None:
-        print(f"figure: {plot(results, args.plot)}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
