@@ -1,5 +1,5 @@
 """``fpemu emulate FILE.py:FUNC --policy P --model M [--recipe R]``: run your own function under
-:func:`fpemu.emulate` and print what it returns, then a summary (ops emulated and not emulated
+``fpemu.emulate`` and print what it returns, then a summary (ops emulated and not emulated
 by name, policy casts, and for a recipe each Linear's amax and scale per step).
 
 ``FUNC`` takes no arguments; its torch code (model, loss, backward, optimizer, GradScaler) runs

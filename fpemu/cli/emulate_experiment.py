@@ -1,9 +1,9 @@
 """``fpemu emulate-experiment``: the transformer experiment of docs/emulate-a-torch-program.md.
 
 A char-level GPT learns eight of Shakespeare's sonnets in its own torch loop under
-:func:`fpemu.emulate`, once per configuration (fp32, fp16 without loss scaling, fp16 with a
+``fpemu.emulate``, once per configuration (fp32, fp16 without loss scaling, fp16 with a
 GradScaler, bf16, TE delayed FP8, MXFP8, NVFP4), each on a named hardware model
-(:mod:`fpemu.emulate.experiment`). Prints a Markdown table (losses, the per-layer share of
+(``fpemu.emulate.experiment``). Prints a Markdown table (losses, the per-layer share of
 underflowed output-gradient elements), each run's op counts and time, and with ``--plot`` writes
 the figure of loss curves, scales and amax traces (needs matplotlib).
 
