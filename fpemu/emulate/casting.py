@@ -19,6 +19,15 @@ outermost region exits.
 Limitation: a Python-level composite that calls other torch functions (e.g.
 ``F.multi_head_attention_forward``) is seen as one call; the functions inside it are not cast
 (a mode is off while its own handler runs).
+
+>>> import torch
+>>> regions = Regions(always=False)
+>>> with regions.patched(lambda: None), PolicyMode({"mm": "lower"}, torch.bfloat16, regions):
+...     outside = torch.mm(torch.ones(2, 2), torch.ones(2, 2)).dtype
+...     with torch.autocast("cuda"):
+...         inside = torch.mm(torch.ones(2, 2), torch.ones(2, 2)).dtype
+>>> outside, inside, regions.entered
+(torch.float32, torch.bfloat16, 1)
 """
 
 from __future__ import annotations

@@ -16,6 +16,13 @@ with the reason) and torch's value kept, unless ``strict`` (then it raises).
 Determinism: the emulations see a fixed ``capability`` (``"avx2"``: a fused multiply-add where
 a SIMD kernel fuses), not this machine's, and matmul-class ops run fpemu's ordered models, so
 the returned values do not depend on the CPU or the thread count.
+
+>>> import torch
+>>> mode = EmulateMode(model="h100", options={})
+>>> with mode:
+...     y = torch.ones(2, 3, dtype=torch.float16) @ torch.ones(3, 2, dtype=torch.float16)
+>>> y.tolist(), mode.emulated["aten.mm.default"], CAPABILITY
+([[3.0, 3.0], [3.0, 3.0]], 1, 'avx2')
 """
 
 from __future__ import annotations
