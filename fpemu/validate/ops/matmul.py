@@ -112,12 +112,22 @@ def emulated_model(model: str, fmt_name: str) -> str:
     return model
 
 
-def _low_exp(x: np.ndarray, prec: int, axis: int) -> np.ndarray:
-    """Per row (``axis=-1``) or column (``axis=-2``): an exponent ``q`` such that every value is
-    a multiple of ``2**q`` (the smallest ulp, ``2**(E - prec)`` for ``x = f 2**E``)."""
+_BIG = 1 << 20  # the ulp exponent of a zero: no constraint
+
+
+def _ulp_exp(x: np.ndarray, prec: int) -> np.ndarray:
+    """Elementwise ``q`` such that ``x`` is a multiple of ``2**q`` (its ulp exponent for a
+    format of ``prec`` bits: ``E - prec`` for ``x = f 2**E``; ``_BIG`` for zeros)."""
     _, e = np.frexp(x)
-    q = np.where(x != 0, e - prec, 1 << 20)
-    return np.asarray(np.min(q, axis=axis, keepdims=True, initial=1 << 20), np.float64)
+    return np.where(x != 0, e - prec, _BIG).astype(np.int64)
+
+
+def _grid_exact(m: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """Where every partial sum is exact in float64: terms on the grid ``2**q``, ``m`` (their
+    magnitude sum) at most ``2**(53 + q)``; ``m > 0`` (zero sums are decided elsewhere)."""
+    with np.errstate(over="ignore"):
+        limit = np.ldexp(1.0, np.minimum(np.asarray(q) + 53, 1000).astype(np.int64))
+    return np.asarray((m <= limit) & (m > 0))
 
 
 def exact32(a: Any, b: Any, c: Any = None) -> np.ndarray:
@@ -169,13 +179,12 @@ def exact32(a: Any, b: Any, c: Any = None) -> np.ndarray:
     if redo.any():  # terms on a grid 2**q with m <= 2**(53 + q): s is exact in any order
         pa = {"bfloat16": 8, "float16": 11}.get(fmt(np.asarray(a)), 24)
         pb = {"bfloat16": 8, "float16": 11}.get(fmt(np.asarray(b)), 24)
-        q = _low_exp(a64, pa, -1) + _low_exp(b64, pb, -2)
+        ea, eb = _ulp_exp(a64, pa), _ulp_exp(b64, pb)
+        q = np.min(ea, axis=-1, keepdims=True) + np.min(eb, axis=-2, keepdims=True)
         if c64 is not None:
             _, ec = np.frexp(c64)
-            q = np.minimum(q, np.where(c64 != 0, ec - 24, 1 << 20))
-        with np.errstate(over="ignore"):
-            exact = (m <= np.ldexp(1.0, np.minimum(q + 53, 1000).astype(np.int64))) & (m > 0)
-        redo &= ~exact
+            q = np.minimum(q, np.where(c64 != 0, ec - 24, _BIG))
+        redo &= ~_grid_exact(m, q)
     if not finite.all():
         with np.errstate(over="ignore", invalid="ignore"):
             s_ieee = np.einsum("...mk,...kn->...mn", a64, b64, optimize=False)
@@ -184,31 +193,34 @@ def exact32(a: Any, b: Any, c: Any = None) -> np.ndarray:
         bad = ~finite
         out[bad] = np.where(np.isnan(s_ieee[bad]), np.float32(np.nan), s_ieee[bad])
     if redo.any():
-        ab = np.broadcast_to(a64, (*s.shape[:-1], k))
-        bb = np.broadcast_to(b64, (*s.shape[:-2], k, s.shape[-1]))
-        for idx in zip(*np.nonzero(redo), strict=True):
-            *bt, i, j = idx
-            terms = list(ab[(*bt, i)] * bb[(*bt, slice(None), j)])
-            if c64 is not None:
-                terms.append(float(c64[idx]))
-            out[idx] = _round32(terms, c64 is not None)
+        out[redo] = _exact_rows(a64, b64, c64, redo)
     return np.asarray(out, np.float32)
 
 
-def _round32(terms: list[float], has_c: bool) -> np.float32:
-    """RN32 of the exact sum of float64 ``terms`` (the last one is ``c`` if ``has_c``)."""
-    f = math.fsum(terms)
-    if f == 0.0:
-        neg = has_c and all(math.copysign(1.0, t) < 0 and t == 0 for t in terms)
-        return np.float32(-0.0 if neg else 0.0)
+def _exact_rows(a64: np.ndarray, b64: np.ndarray, c64: Any, redo: np.ndarray) -> np.ndarray:
+    """RN32 of the exact sums at the ``redo`` elements (see :func:`exact32`), in their order."""
+    idx = np.nonzero(redo)
+    bt, i, j = idx[:-2], idx[-2], idx[-1]
+    ab = np.broadcast_to(a64, (*redo.shape[:-1], a64.shape[-1]))
+    bb = np.broadcast_to(b64, (*redo.shape[:-2], b64.shape[-2], redo.shape[-1]))
+    terms = ab[(*bt, i)] * np.swapaxes(bb, -1, -2)[(*bt, j)]  # (n, K) exact products
+    if c64 is not None:
+        terms = np.concatenate([terms, np.asarray(c64)[idx][:, None]], axis=1)
+    rows = terms.tolist()
+    f = np.array([math.fsum(r) for r in rows], np.float64)  # RN64 of each exact sum
     with np.errstate(over="ignore"):  # beyond float32: RN gives inf
-        v = np.float32(f)
-    down = v if float(v) <= f else np.nextafter(v, np.float32(-np.inf))
-    up = v if float(v) >= f else np.nextafter(v, np.float32(np.inf))
-    if down != up and f - float(down) == float(up) - f:  # f is a float32 tie: which side is x?
-        r = math.fsum([*terms, -f])
+        v = f.astype(np.float32)
+    down = np.where(v.astype(np.float64) <= f, v, np.nextafter(v, np.float32(-np.inf)))
+    up = np.where(v.astype(np.float64) >= f, v, np.nextafter(v, np.float32(np.inf)))
+    with np.errstate(invalid="ignore"):
+        tie = (down != up) & (f - down.astype(np.float64) == up.astype(np.float64) - f)
+    for n in np.flatnonzero(tie):  # f is a float32 tie: the exact residual's sign decides
+        r = math.fsum([*rows[n], -f[n]])
         if r != 0.0:
-            return np.float32(up if r > 0 else down)
+            v[n] = up[n] if r > 0 else down[n]
+    for n in np.flatnonzero(f == 0.0):  # exact zero: +0 unless every term (c included) is -0
+        neg = c64 is not None and all(t == 0 and math.copysign(1.0, t) < 0 for t in rows[n])
+        v[n] = np.float32(-0.0 if neg else 0.0)
     return v
 
 
