@@ -253,3 +253,20 @@ def test_mv_and_dot() -> None:
                           model="sequential")  # fmt: skip
     assert bits(tnp(d32)) == bits(np.asarray(want32, np.float32)[0, 0])
     assert em.emulated["aten.mv.default"] == 1 and em.emulated["aten.dot.default"] == 2
+
+
+def test_exact32_tiny_products_and_zero_signs() -> None:
+    """Products below float32's range (their float32 magnitudes underflow to 0): a sum that
+    rounds to a float32 subnormal, one that rounds to -0, an exact cancellation to +0, and a
+    zero row, against the Fraction oracle."""
+    t = 2.0**-80
+    a = np.float32([[t, t, t], [-t, -t, 0.0], [t, -t, 0.0], [0.0, 0.0, 0.0],
+                    [1.0, 2.0**-60, -1.0], [-(2.0**-82), 0.0, 0.0]])  # fmt: skip
+    b = np.float32([[2.0**-69, 0.0], [2.0**-69, 1.0], [2.0**-69, 0.0]]).astype(np.float32)
+    got = exact32(a, b)
+    want = _oracle32(a, b, None)
+    assert (bits(got) == bits(want)).all()
+    assert got[0, 0] == np.float32(3 * 2.0**-149) and got[1, 0] == np.float32(-(2.0**-148))
+    assert got[5, 0] == 0 and np.signbit(got[5, 0])  # -2**-151 rounds to -0
+    assert got[2, 0] == 0 and not np.signbit(got[2, 0])  # t - t: +0
+    assert got[4, 1] == np.float32(2.0**-60)  # (1 + 2**-60) - 1 in float64 would be 0

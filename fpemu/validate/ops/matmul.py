@@ -146,9 +146,11 @@ def exact32(a: Any, b: Any, c: Any = None) -> np.ndarray:
     and columns' smallest ulps); the rest is recomputed with :func:`math.fsum` (correctly
     rounded to float64; a float32 tie of that float64 value is broken by the sign of the exact
     residual). A sum that is exactly zero is +0 (an accumulator from +0) unless ``c`` is -0 and
-    every product is -0. Non-finite results (inf/NaN inputs) come from NumPy's einsum without
-    BLAS: IEEE sums of infinities and NaNs do not depend on the order (no finite float64 sum of
-    these products overflows); NaN is float32's default NaN.
+    every product is -0; a zero result is always decided exactly (a tiny negative sum rounds to
+    -0), except a zero row or column, whose sum is ``c``. Non-finite results (inf/NaN inputs)
+    come from NumPy's einsum without BLAS: IEEE sums of infinities and NaNs do not depend on
+    the order (no finite float64 sum of these products overflows); NaN is float32's default
+    NaN. The magnitude bound also covers float32 underflow (an absolute ``K 2**-149``).
 
     >>> x = np.float32([[2.0**24, 1.0, 1.0]]); y = np.float32([[1.0], [1.0], [1.0]])
     >>> float(exact32(x, y)[0, 0]) == 2.0**24 + 2  # a float32 chain would give 2**24
@@ -160,7 +162,9 @@ def exact32(a: Any, b: Any, c: Any = None) -> np.ndarray:
     with np.errstate(over="ignore", invalid="ignore"):
         s = np.matmul(a64, b64)
         m = np.matmul(np.abs(a64).astype(np.float32), np.abs(b64).astype(np.float32))
-        m = m.astype(np.float64) / (1.0 - _gamma(k, U32))
+        # float32 products and sums below the normal range lose at most 2**-150 each: the
+        # absolute term keeps m an upper bound there
+        m = m.astype(np.float64) / (1.0 - _gamma(k, U32)) + k * 2.0**-149
     c64 = None if c is None else np.broadcast_to(np.asarray(c, np.float64), s.shape)
     if c64 is not None:
         s = s + c64
@@ -172,10 +176,18 @@ def exact32(a: Any, b: Any, c: Any = None) -> np.ndarray:
         out = s.astype(np.float32)
     finite = np.isfinite(s)
     redo = finite & ~(lo == hi)  # an infinite m (float32 overflow) gives lo = -inf, hi = inf
-    zero = finite & (m == 0)  # every term is +-0: +0 unless c is -0 (all products -0?)
-    out[zero] = np.float32(0.0)
+    # a zero row of a or column of b: every product is +-0, the sum is c, or +0 (-0 only if c
+    # is -0 and every product -0: decided exactly); any other zero result: its sign, exactly
+    zero = np.broadcast_to(
+        ~np.any(a64 != 0, axis=-1, keepdims=True) | ~np.any(b64 != 0, axis=-2, keepdims=True),
+        s.shape,
+    )
     if c64 is not None:
-        redo |= zero & np.signbit(c64)
+        zero = zero & (c64 == 0)
+    out[zero & finite] = np.float32(0.0)
+    signs = finite & (out == 0) & ~zero  # zero signs: decided exactly, whatever the grid
+    if c64 is not None:
+        signs |= zero & np.signbit(c64)
     if redo.any():  # terms on a grid 2**q with m <= 2**(53 + q): s is exact in any order
         pa = {"bfloat16": 8, "float16": 11}.get(fmt(np.asarray(a)), 24)
         pb = {"bfloat16": 8, "float16": 11}.get(fmt(np.asarray(b)), 24)
@@ -192,6 +204,7 @@ def exact32(a: Any, b: Any, c: Any = None) -> np.ndarray:
                 s_ieee = s_ieee + c64
         bad = ~finite
         out[bad] = np.where(np.isnan(s_ieee[bad]), np.float32(np.nan), s_ieee[bad])
+    redo |= signs
     if redo.any():
         out[redo] = _exact_rows(a64, b64, c64, redo)
     return np.asarray(out, np.float32)
