@@ -117,9 +117,10 @@ _BIG = 1 << 20  # the ulp exponent of a zero: no constraint
 
 def _ulp_exp(x: np.ndarray, prec: int) -> np.ndarray:
     """Elementwise ``q`` such that ``x`` is a multiple of ``2**q`` (its ulp exponent for a
-    format of ``prec`` bits: ``E - prec`` for ``x = f 2**E``; ``_BIG`` for zeros)."""
-    _, e = np.frexp(x)
-    return np.where(x != 0, e - prec, _BIG).astype(np.int64)
+    format of ``prec`` bits: ``E - prec`` for ``x = f 2**E``; ``_BIG`` for zeros and inf)."""
+    fin = np.isfinite(x) & (x != 0)
+    _, e = np.frexp(np.where(fin, x, 1.0))
+    return np.where(fin, e - prec, _BIG).astype(np.int64)
 
 
 def _grid_exact(m: np.ndarray, q: np.ndarray) -> np.ndarray:
@@ -157,11 +158,12 @@ def exact32(a: Any, b: Any, c: Any = None) -> np.ndarray:
     True
     """
     # contiguous operands: NumPy's matmul takes its BLAS path (strided batches do not)
-    a64, b64 = np.ascontiguousarray(a, np.float64), np.ascontiguousarray(b, np.float64)
+    a32, b32 = np.ascontiguousarray(a, np.float32), np.ascontiguousarray(b, np.float32)
+    a64, b64 = a32.astype(np.float64), b32.astype(np.float64)  # float32 values: exact
     k = a64.shape[-1]
     with np.errstate(over="ignore", invalid="ignore"):
         s = np.matmul(a64, b64)
-        m = np.matmul(np.abs(a64).astype(np.float32), np.abs(b64).astype(np.float32))
+        m = np.matmul(np.abs(a32), np.abs(b32))
         # float32 products and sums below the normal range lose at most 2**-150 each: the
         # absolute term keeps m an upper bound there
         m = m.astype(np.float64) / (1.0 - _gamma(k, U32)) + k * 2.0**-149
@@ -191,12 +193,18 @@ def exact32(a: Any, b: Any, c: Any = None) -> np.ndarray:
     if redo.any():  # terms on a grid 2**q with m <= 2**(53 + q): s is exact in any order
         pa = {"bfloat16": 8, "float16": 11}.get(fmt(np.asarray(a)), 24)
         pb = {"bfloat16": 8, "float16": 11}.get(fmt(np.asarray(b)), 24)
-        ea, eb = _ulp_exp(a64, pa), _ulp_exp(b64, pb)
-        q = np.min(ea, axis=-1, keepdims=True) + np.min(eb, axis=-2, keepdims=True)
+        # the smallest ulp of a row (column) is the ulp of its smallest nonzero magnitude
+        qa = _ulp_exp(np.min(np.abs(a32), axis=-1, keepdims=True, where=a32 != 0,
+                             initial=np.inf), pa)  # fmt: skip
+        qb = _ulp_exp(np.min(np.abs(b32), axis=-2, keepdims=True, where=b32 != 0,
+                             initial=np.inf), pb)  # fmt: skip
+        idx = np.nonzero(redo)
+        q = np.broadcast_to(qa + qb, s.shape)[idx]
         if c64 is not None:
-            _, ec = np.frexp(c64)
-            q = np.minimum(q, np.where(c64 != 0, ec - 24, _BIG))
-        redo &= ~_grid_exact(m, q)
+            _, ec = np.frexp(c64[idx])
+            q = np.minimum(q, np.where(c64[idx] != 0, ec - 24, _BIG))
+        exact = _grid_exact(m[idx], q)
+        redo[tuple(x[exact] for x in idx)] = False
     if not finite.all():
         with np.errstate(over="ignore", invalid="ignore"):
             s_ieee = np.einsum("...mk,...kn->...mn", a64, b64, optimize=False)
