@@ -49,7 +49,11 @@ __version__ = "0.1.0"
 
 
 def __getattr__(name: str) -> object:
-    """Lazy attributes: ``fpemu.watch`` imports torch only when first used."""
+    """Lazy attributes: ``fpemu.watch`` and ``fpemu.emulate`` import torch only when used."""
+    if name == "emulate":
+        import fpemu.emulate as emulate_module  # noqa: PLC0415 - a callable module
+
+        return emulate_module
     if name == "watch":
         from fpemu.validate.watch import watch  # noqa: PLC0415
 
@@ -86,6 +90,7 @@ __all__ = [
     "dequantize",
     "div",
     "dot",
+    "emulate",
     "encode",
     "exact_matmul",
     "explain_block",

@@ -121,6 +121,10 @@ BAD: list[tuple[list[str], list[str]]] = [
      ["--scheduler tcp://127.0.0.1:1", "no scheduler answers there", "threads"]),
     (["verify", "sqrt-e4m3fn-rna", "--scheduler", "tcp://nohost"],
      ["--scheduler tcp://nohost", "expected an address"]),
+    # emulate (settings are refused before the file is loaded or torch imported)
+    (["emulate", "x.py:f", "--policy", "nope"], ["--policy nope", "torch_cuda_fp16"]),
+    (["emulate-experiment", "--steps", "0"], ["--steps 0", "integer"]),
+    (["emulate-experiment", "--configs", "fp12"], ["--configs fp12", "fp16+scaler"]),
     # validate (its arguments; running it needs torch)
     (["validate", "foo"], ["framework foo", "torch"]),
     (["validate", "torch", "--only", "bogus"], ["--only bogus", "casts"]),

@@ -33,6 +33,7 @@ LAYERS: dict[str, int] = {
     "fpemu.training": 6,  # training loop, datasets, the experiment
     "fpemu.validate.ops": 6,  # emulations of torch's ATen ops (NumPy; no torch import)
     "fpemu.validate.watch": 6,  # fpemu.watch: every ATen op judged against validate.ops
+    "fpemu.emulate": 6,  # fpemu.emulate: torch programs run on validate.ops' emulations
     "fpemu": 7,  # the public API (fpemu/__init__.py): re-exports layers 0 to 6
     "fpemu.validate": 8,  # framework bridges (PyTorch, Keras)
     "fpemu.verify": 8,  # verification campaigns

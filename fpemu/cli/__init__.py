@@ -47,6 +47,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "one MX/NVFP4 block under every scale rule: amax, scales, codes, errors",
     ),
     "verify": ("fpemu.cli.verify", "run a verification campaign (fpemu verify --list)"),
+    "emulate": ("fpemu.cli.emulate", "run your torch function under emulated GPU numerics"),
+    "emulate-experiment": (
+        "fpemu.cli.emulate_experiment",
+        "a small GPT under fp32/fp16/bf16/FP8/MXFP8/NVFP4 emulation: losses, underflow, scales",
+    ),
 }
 
 __all__ = ["COMMANDS", "build_parser", "main", "version"]

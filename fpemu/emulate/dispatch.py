@@ -1,0 +1,134 @@
+"""Below autograd: a ``TorchDispatchMode`` that replaces every ATen op's result by fpemu's
+emulation of that op (:mod:`fpemu.validate.ops`, the table ``fpemu.watch`` judges with).
+
+For each op the mode converts torch's inputs to NumPy (copying the arguments an in-place op
+overwrites), runs torch's kernel (for the outputs' shapes, dtypes, strides and aliasing), asks
+the op's emulation for its value from those inputs, and writes the value into each output
+(``out.copy_(from_numpy(value))``; inside ``__torch_dispatch__`` the modes are off, so the copy
+is torch's plain kernel). Outputs that alias an input (views) share its memory, which already
+holds the emulated value: they are not written. An in-place op's outputs are its written
+arguments.
+
+An op with no emulation runs as torch's own kernel and is counted (``not_emulated``); an
+emulation that raises or returns a value of another shape or dtype is counted (``failed``,
+with the reason) and torch's value kept, unless ``strict`` (then it raises).
+
+Determinism: the emulations see a fixed ``capability`` (``"avx2"``: a fused multiply-add where
+a SIMD kernel fuses), not this machine's, and matmul-class ops run fpemu's ordered models, so
+the returned values do not depend on the CPU or the thread count.
+
+>>> import torch
+>>> mode = EmulateMode(model="h100", options={})
+>>> with mode:
+...     y = torch.ones(2, 3, dtype=torch.float16) @ torch.ones(3, 2, dtype=torch.float16)
+>>> y.tolist(), mode.emulated["aten.mm.default"], CAPABILITY
+([[3.0, 3.0], [3.0, 3.0]], 1, 'avx2')
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import numpy as np
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from fpemu.validate.ops import Call, lookup
+from fpemu.validate.watch.convert import dtype_name, from_numpy, to_numpy, tree_to_numpy
+from fpemu.validate.watch.schema import outputs as op_outputs
+from fpemu.validate.watch.schema import written_ids
+
+__all__ = ["CAPABILITY", "EmulateMode"]
+
+#: the CPU capability the emulations are asked for (fixed: results must not depend on the host)
+CAPABILITY = "avx2"
+#: ops that compute nothing (reads of a value or a size; profiler ranges): run, not counted
+_PASS = frozenset(
+    {
+        "aten._local_scalar_dense.default",
+        "aten.sym_size.int",
+        "aten.sym_numel.default",
+        "aten.sym_stride.int",
+        "aten.sym_storage_offset.default",
+        "aten.is_nonzero.default",
+        "aten.item.default",
+    }
+)
+
+
+class EmulateMode(TorchDispatchMode):  # type: ignore[misc,no-untyped-call]
+    """Replaces each dispatched op's outputs by its emulation (see the module docstring)."""
+
+    def __init__(self, *, model: str, options: dict[str, Any], strict: bool = False) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self.model = model
+        self.options = options
+        self.strict = strict
+        self.emulated: Counter[str] = Counter()
+        self.not_emulated: Counter[str] = Counter()
+        self.failed: dict[str, str] = {}
+        self.failed_count: Counter[str] = Counter()
+        self.hook: Any = None  # recipes: called with (name, np_args, np_kwargs) before an op
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = dict(kwargs or {})
+        name = str(func)
+        if name in _PASS or name.startswith("profiler."):
+            return func(*args, **kwargs)
+        emulation = lookup(name)
+        if emulation is None:
+            self.not_emulated[name] += 1
+            return func(*args, **kwargs)
+        ids = written_ids(func, tuple(args), kwargs)
+        np_args = tree_to_numpy(tuple(args), copy_ids=ids)
+        np_kwargs = tree_to_numpy(kwargs, copy_ids=ids)
+        result = func(*args, **kwargs)
+        outs = op_outputs(func, tuple(args), kwargs, result)
+        np_outs = [to_numpy(t) for t in outs]
+        call = Call(
+            name,
+            tuple(np_args),
+            dict(np_kwargs),
+            tuple(dtype_name(t.dtype) for t in outs),
+            capability=CAPABILITY,
+            model=self.model,
+            options={**self.options, "outputs": np_outs},
+        )
+        try:
+            values = list(emulation(call))
+            if len(values) != len(outs):
+                raise ValueError(f"the emulation gave {len(values)} outputs, torch {len(outs)}")
+            writes = self._writes(func, result, outs)
+            pending = []
+            for i, (t, out) in enumerate(zip(outs, values, strict=True)):
+                if out is None or not writes[i]:
+                    continue
+                v = np.asarray(out.value)
+                if v.shape != tuple(t.shape) or v.dtype != np_outs[i].dtype:
+                    want = f"{tuple(t.shape)} {dtype_name(t.dtype)}"
+                    raise ValueError(f"the emulation gave {v.shape} {v.dtype}, torch {want}")
+                pending.append((t, v))
+        except Exception as exc:
+            if self.strict:
+                raise
+            self.failed_count[name] += 1
+            self.failed.setdefault(name, f"{type(exc).__name__}: {exc}")
+            return result
+        for t, v in pending:
+            # from_numpy's ascontiguousarray makes a 0-d array 1-d: reshape back
+            t.copy_(from_numpy(v).reshape(t.shape))
+        self.emulated[name] += 1
+        return result
+
+    @staticmethod
+    def _writes(func: Any, result: Any, outs: list[Any]) -> list[bool]:
+        """Which outputs to write: not the returns that alias an argument (views); the
+        written arguments of an in-place op, always."""
+        from fpemu.validate.watch.schema import _flat  # noqa: PLC0415
+
+        flags: list[bool] = []
+        rets = result if isinstance(result, tuple) else (result,)
+        for r, value in zip(func._schema.returns, rets, strict=False):
+            if not (r.alias_info and r.alias_info.is_write):
+                flags += [r.alias_info is None] * len(_flat(value))
+        return flags + [True] * (len(outs) - len(flags))
