@@ -138,9 +138,8 @@ def exact32(a: Any, b: Any, c: Any = None) -> np.ndarray:
     exact in float64 (at most 48 significant bits, exponents within float64's range). A float64
     BLAS GEMM ``s`` of them lies within ``e = gamma_(K+1) m`` of the exact sum in any order
     (Higham 3.5, the products being exact; ``m = |c| + sum |a b|``). ``m`` is bounded from
-    above by a float32 GEMM of the magnitudes divided by ``1 - gamma_K`` (a sum of non-negative
-    terms loses at most that factor; its order only decides which elements are recomputed, not
-    their values). Where ``RN32(s - e)`` and ``RN32(s + e)`` agree (the round-to-nearest map is
+    above by ``min(rowsum |a| colmax |b|, rowmax |a| colsum |b|)`` (no second GEMM; a looser
+    bound only decides which elements are recomputed, not their values). Where ``RN32(s - e)`` and ``RN32(s + e)`` agree (the round-to-nearest map is
     monotone), that is the result whatever order BLAS took; elsewhere (a float32 rounding
     boundary within ``e``) ``s`` is still exact where every term is a multiple of ``2**q`` and
     ``m <= 2**(53 + q)`` (then every partial sum in any order is exact; ``q`` from the rows'
@@ -151,7 +150,7 @@ def exact32(a: Any, b: Any, c: Any = None) -> np.ndarray:
     -0), except a zero row or column, whose sum is ``c``. Non-finite results (inf/NaN inputs)
     come from NumPy's einsum without BLAS: IEEE sums of infinities and NaNs do not depend on
     the order (no finite float64 sum of these products overflows); NaN is float32's default
-    NaN. The magnitude bound also covers float32 underflow (an absolute ``K 2**-149``).
+    NaN.
 
     >>> x = np.float32([[2.0**24, 1.0, 1.0]]); y = np.float32([[1.0], [1.0], [1.0]])
     >>> float(exact32(x, y)[0, 0]) == 2.0**24 + 2  # a float32 chain would give 2**24
@@ -163,10 +162,20 @@ def exact32(a: Any, b: Any, c: Any = None) -> np.ndarray:
     k = a64.shape[-1]
     with np.errstate(over="ignore", invalid="ignore"):
         s = np.matmul(a64, b64)
-        m = np.matmul(np.abs(a32), np.abs(b32))
-        # float32 products and sums below the normal range lose at most 2**-150 each: the
-        # absolute term keeps m an upper bound there
-        m = m.astype(np.float64) / (1.0 - _gamma(k, U32)) + k * 2.0**-149
+        # m = sum_k |a_ik| |b_kj| <= min(rowsum_i colmax_j, rowmax_i colsum_j): no second GEMM
+        # (a looser m only sends more elements to the exact path); the float64 sums are made
+        # upper bounds by 1 + gamma_K, the products by 1 + 2u
+        aa, bb = np.abs(a64), np.abs(b64)
+        up = (1.0 + _gamma(k, U64)) * (1.0 + 4 * U64)
+        m = (
+            np.minimum(
+                np.sum(aa, axis=-1, keepdims=True)
+                * np.max(bb, axis=-2, keepdims=True, initial=0.0),
+                np.max(aa, axis=-1, keepdims=True, initial=0.0)
+                * np.sum(bb, axis=-2, keepdims=True),
+            )
+            * up
+        )
     c64 = None if c is None else np.broadcast_to(np.asarray(c, np.float64), s.shape)
     if c64 is not None:
         s = s + c64
