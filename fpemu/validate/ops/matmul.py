@@ -137,20 +137,20 @@ def exact32(a: Any, b: Any, c: Any = None) -> np.ndarray:
     ``a`` and ``b`` hold float32 values (float16, bfloat16, float32 data), so each product is
     exact in float64 (at most 48 significant bits, exponents within float64's range). A float64
     BLAS GEMM ``s`` of them lies within ``e = gamma_(K+1) m`` of the exact sum in any order
-    (Higham 3.5, the products being exact; ``m = |c| + sum |a b|``). ``m`` is bounded from
-    above by ``min(rowsum |a| colmax |b|, rowmax |a| colsum |b|)`` (no second GEMM; a looser
-    bound only decides which elements are recomputed, not their values). Where ``RN32(s - e)`` and ``RN32(s + e)`` agree (the round-to-nearest map is
-    monotone), that is the result whatever order BLAS took; elsewhere (a float32 rounding
-    boundary within ``e``) ``s`` is still exact where every term is a multiple of ``2**q`` and
-    ``m <= 2**(53 + q)`` (then every partial sum in any order is exact; ``q`` from the rows'
-    and columns' smallest ulps); the rest is recomputed with :func:`math.fsum` (correctly
-    rounded to float64; a float32 tie of that float64 value is broken by the sign of the exact
-    residual). A sum that is exactly zero is +0 (an accumulator from +0) unless ``c`` is -0 and
-    every product is -0; a zero result is always decided exactly (a tiny negative sum rounds to
-    -0), except a zero row or column, whose sum is ``c``. Non-finite results (inf/NaN inputs)
-    come from NumPy's einsum without BLAS: IEEE sums of infinities and NaNs do not depend on
-    the order (no finite float64 sum of these products overflows); NaN is float32's default
-    NaN.
+    (Higham 3.5, the products being exact; ``m = |c| + sum |a b|``). ``m`` is bounded from above
+    by ``min(rowsum |a| colmax |b|, rowmax |a| colsum |b|)`` (no second GEMM; a looser bound
+    only decides which elements are recomputed, not their values). Where ``RN32(s - e)`` and
+    ``RN32(s + e)`` agree (the round-to-nearest map is monotone), that is the result whatever
+    order BLAS took; elsewhere (a float32 rounding boundary within ``e``) ``s`` is still exact
+    where every term is a multiple of ``2**q`` and ``m <= 2**(53 + q)`` (then every partial sum
+    in any order is exact; ``q`` from the rows' and columns' smallest ulps); the rest is
+    recomputed with :func:`math.fsum` (correctly rounded to float64; a float32 tie of that
+    float64 value is broken by the sign of the exact residual). A sum that is exactly zero is +0
+    (an accumulator from +0) unless ``c`` is -0 and every product is -0; a zero result is always
+    decided exactly (a tiny negative sum rounds to -0), except a zero row or column, whose sum
+    is ``c``. Non-finite results (inf/NaN inputs) come from NumPy's einsum without BLAS: IEEE
+    sums of infinities and NaNs do not depend on the order (no finite float64 sum of these
+    products overflows); NaN is float32's default NaN.
 
     >>> x = np.float32([[2.0**24, 1.0, 1.0]]); y = np.float32([[1.0], [1.0], [1.0]])
     >>> float(exact32(x, y)[0, 0]) == 2.0**24 + 2  # a float32 chain would give 2**24
