@@ -163,10 +163,10 @@ def exact32(a: Any, b: Any, c: Any = None) -> np.ndarray:
     with np.errstate(over="ignore", invalid="ignore"):
         s = np.matmul(a64, b64)
         # m = sum_k |a_ik| |b_kj| <= min(rowsum_i colmax_j, rowmax_i colsum_j): no second GEMM
-        # (a looser m only sends more elements to the exact path); the float64 sums are made
-        # upper bounds by 1 + gamma_K, the products by 1 + 2u
+        # (a looser m only sends more elements to the exact path); a float64 sum of K
+        # non-negative terms is at least (1 - gamma_K) times the exact one, a product (1 - u)
         aa, bb = np.abs(a64), np.abs(b64)
-        up = (1.0 + _gamma(k, U64)) * (1.0 + 4 * U64)
+        up = 1.0 / ((1.0 - _gamma(k, U64)) * (1.0 - 2 * U64))
         m = (
             np.minimum(
                 np.sum(aa, axis=-1, keepdims=True)
@@ -179,7 +179,7 @@ def exact32(a: Any, b: Any, c: Any = None) -> np.ndarray:
     c64 = None if c is None else np.broadcast_to(np.asarray(c, np.float64), s.shape)
     if c64 is not None:
         s = s + c64
-        m = m + np.abs(c64)
+        m = (m + np.abs(c64)) * (1.0 + 2 * U64)  # the addition's rounding
     g = _gamma(k + 1, U64)
     with np.errstate(over="ignore", invalid="ignore"):
         e = m * g + np.abs(s) * 2.0**-52  # + the rounding of s +- e itself
