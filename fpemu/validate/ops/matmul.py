@@ -180,7 +180,7 @@ def exact32(a: Any, b: Any, c: Any = None) -> np.ndarray:
     if c64 is not None:
         s = s + c64
         m = (m + np.abs(c64)) * (1.0 + 2 * U64)  # the addition's rounding
-    g = _gamma(k + 1, U64)
+    g = _gamma(k + 1, U64) * (1.0 + 4 * U64)  # and the rounding of m * g
     with np.errstate(over="ignore", invalid="ignore"):
         e = m * g + np.abs(s) * 2.0**-52  # + the rounding of s +- e itself
         lo, hi = (s - e).astype(np.float32), (s + e).astype(np.float32)
