@@ -137,21 +137,20 @@ def exact32(a: Any, b: Any, c: Any = None) -> np.ndarray:
     ``a`` and ``b`` hold float32 values (float16, bfloat16, float32 data), so each product is
     exact in float64 (at most 48 significant bits, exponents within float64's range). A float64
     BLAS GEMM ``s`` of them lies within ``e = gamma_(K+1) m`` of the exact sum in any order
-    (Higham 3.5, the products being exact; ``m = |c| + sum |a b|``). ``m`` is bounded from
-    above by a float32 GEMM of the magnitudes divided by ``1 - gamma_K`` (a sum of non-negative
-    terms loses at most that factor; its order only decides which elements are recomputed, not
-    their values). Where ``RN32(s - e)`` and ``RN32(s + e)`` agree (the round-to-nearest map is
-    monotone), that is the result whatever order BLAS took; elsewhere (a float32 rounding
-    boundary within ``e``) ``s`` is still exact where every term is a multiple of ``2**q`` and
-    ``m <= 2**(53 + q)`` (then every partial sum in any order is exact; ``q`` from the rows'
-    and columns' smallest ulps); the rest is recomputed with :func:`math.fsum` (correctly
-    rounded to float64; a float32 tie of that float64 value is broken by the sign of the exact
-    residual). A sum that is exactly zero is +0 (an accumulator from +0) unless ``c`` is -0 and
-    every product is -0; a zero result is always decided exactly (a tiny negative sum rounds to
-    -0), except a zero row or column, whose sum is ``c``. Non-finite results (inf/NaN inputs)
-    come from NumPy's einsum without BLAS: IEEE sums of infinities and NaNs do not depend on
-    the order (no finite float64 sum of these products overflows); NaN is float32's default
-    NaN. The magnitude bound also covers float32 underflow (an absolute ``K 2**-149``).
+    (Higham 3.5, the products being exact; ``m = |c| + sum |a b|``). ``m`` is bounded from above
+    by ``min(rowsum |a| colmax |b|, rowmax |a| colsum |b|)`` (no second GEMM; a looser bound
+    only decides which elements are recomputed, not their values). Where ``RN32(s - e)`` and
+    ``RN32(s + e)`` agree (the round-to-nearest map is monotone), that is the result whatever
+    order BLAS took; elsewhere (a float32 rounding boundary within ``e``) ``s`` is still exact
+    where every term is a multiple of ``2**q`` and ``m <= 2**(53 + q)`` (then every partial sum
+    in any order is exact; ``q`` from the rows' and columns' smallest ulps); the rest is
+    recomputed with :func:`math.fsum` (correctly rounded to float64; a float32 tie of that
+    float64 value is broken by the sign of the exact residual). A sum that is exactly zero is +0
+    (an accumulator from +0) unless ``c`` is -0 and every product is -0; a zero result is always
+    decided exactly (a tiny negative sum rounds to -0), except a zero row or column, whose sum
+    is ``c``. Non-finite results (inf/NaN inputs) come from NumPy's einsum without BLAS: IEEE
+    sums of infinities and NaNs do not depend on the order (no finite float64 sum of these
+    products overflows); NaN is float32's default NaN.
 
     >>> x = np.float32([[2.0**24, 1.0, 1.0]]); y = np.float32([[1.0], [1.0], [1.0]])
     >>> float(exact32(x, y)[0, 0]) == 2.0**24 + 2  # a float32 chain would give 2**24
@@ -163,15 +162,25 @@ def exact32(a: Any, b: Any, c: Any = None) -> np.ndarray:
     k = a64.shape[-1]
     with np.errstate(over="ignore", invalid="ignore"):
         s = np.matmul(a64, b64)
-        m = np.matmul(np.abs(a32), np.abs(b32))
-        # float32 products and sums below the normal range lose at most 2**-150 each: the
-        # absolute term keeps m an upper bound there
-        m = m.astype(np.float64) / (1.0 - _gamma(k, U32)) + k * 2.0**-149
+        # m = sum_k |a_ik| |b_kj| <= min(rowsum_i colmax_j, rowmax_i colsum_j): no second GEMM
+        # (a looser m only sends more elements to the exact path); a float64 sum of K
+        # non-negative terms is at least (1 - gamma_K) times the exact one, a product (1 - u)
+        aa, bb = np.abs(a64), np.abs(b64)
+        up = 1.0 / ((1.0 - _gamma(k, U64)) * (1.0 - 2 * U64))
+        m = (
+            np.minimum(
+                np.sum(aa, axis=-1, keepdims=True)
+                * np.max(bb, axis=-2, keepdims=True, initial=0.0),
+                np.max(aa, axis=-1, keepdims=True, initial=0.0)
+                * np.sum(bb, axis=-2, keepdims=True),
+            )
+            * up
+        )
     c64 = None if c is None else np.broadcast_to(np.asarray(c, np.float64), s.shape)
     if c64 is not None:
         s = s + c64
-        m = m + np.abs(c64)
-    g = _gamma(k + 1, U64)
+        m = (m + np.abs(c64)) * (1.0 + 2 * U64)  # the addition's rounding
+    g = _gamma(k + 1, U64) * (1.0 + 4 * U64)  # and the rounding of m * g
     with np.errstate(over="ignore", invalid="ignore"):
         e = m * g + np.abs(s) * 2.0**-52  # + the rounding of s +- e itself
         lo, hi = (s - e).astype(np.float32), (s + e).astype(np.float32)
