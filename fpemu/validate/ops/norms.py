@@ -242,13 +242,14 @@ def _layer_norm_dwdb(
     bbuf = np.zeros((threads, cols), _F)
     bias = (-rstd * mean).astype(_F)
     with np.errstate(all="ignore"):
+        # the normalised rows do not depend on the buffers: computed once, for every row
+        xhat = mad(rstd[:, None], x, bias[:, None], fused=fused)
         for step in range(chunk):
             tids = np.arange(used)
             r = tids * chunk + step
             live = r < rows
             tids, r = tids[live], r[live]
-            t = mad(rstd[r, None], x[r], bias[r, None], fused=fused)
-            gbuf[tids] = to(mad(dy[r], t, gbuf[tids], fused=fused), buf).astype(_F)
+            gbuf[tids] = to(mad(dy[r], xhat[r], gbuf[tids], fused=fused), buf).astype(_F)
             bbuf[tids] = to((bbuf[tids] + dy[r]).astype(_F), buf).astype(_F)
         g = np.zeros(cols, _F)
         bb = np.zeros(cols, _F)
