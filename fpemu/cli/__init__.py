@@ -50,7 +50,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "emulate": ("fpemu.cli.emulate", "run your torch function under emulated GPU numerics"),
     "emulate-experiment": (
         "fpemu.cli.emulate_experiment",
-        "a small GPT under fp32/fp16/bf16/FP8/MXFP8/NVFP4 emulation: losses, underflow, scales",
+        "a small GPT under emulated fp32 ... NVFP4: losses, underflow, scales",
     ),
 }
 
