@@ -87,8 +87,8 @@ class Out:
     Attributes:
         value: the result in the output's dtype (an array of the same shape as torch's).
         exact: torch's kernel computes exactly ``value`` (proved per op, dtype and capability).
-        center: where not exact, a float64 estimate of the kernel's value before its final
-            rounding; defaults to ``value`` widened to float64.
+        center: where not exact, an estimate of the kernel's value before its final rounding
+            (any float dtype: its values are what count); defaults to ``value``.
         err: where not exact, a bound (scalar or elementwise) on ``|kernel's value - center|``
             before the final rounding to the output format.
         reason: why the result is bounded rather than exact, with the bound's derivation.
@@ -180,5 +180,6 @@ def bounded(value: Any, err: Any, reason: str, *, center: Any = None) -> Out:
     False
     """
     v = np.asarray(value)
-    c = np.asarray(v, np.float64) if center is None else np.asarray(center, np.float64)
+    # not widened here: the judge widens only the elements that differ
+    c = v if center is None else np.asarray(center)
     return Out(v, exact=False, center=c, err=err, reason=reason)

@@ -78,8 +78,12 @@ def gemm(
         cw: np.ndarray = np.asarray(c).astype(wide) * wide(beta)
         s += cw
         mag += np.abs(cw)
-    with np.errstate(over="ignore"):
-        err = mag.astype(np.float64) * (2 * _gamma(k + 3, u) / (1 - _gamma(k, u)))
+    factor = 2 * _gamma(k + 3, u) / (1 - _gamma(k, u))
+    with np.errstate(over="ignore"):  # in mag's own dtype: the factor is rounded up by 2**-20
+        err = mag * wide(factor * (1 + 2.0**-20))  # to cover that product's one rounding
+        # Higham's bound assumes no underflow: each of the K+3 roundings may also lose up to a
+        # subnormal spacing of the accumulation format (and mag * factor may flush to zero)
+        err += wide((k + 3) * (2.0**-149 if wide is np.float32 else 2.0**-1074))
     reason = (
         f"{what} summation order: float32 accumulation of K={k} products, two orders within "
         f"2 gamma_(K+3) sum|a b| (Higham 3.5), then one rounding to {name}"

@@ -51,6 +51,14 @@ def _bits(a: np.ndarray) -> np.ndarray:
     return a.view(f"u{a.dtype.itemsize}")
 
 
+def _at(a: Any, shape: tuple[int, ...], idx: np.ndarray) -> np.ndarray:
+    """Elements ``idx`` (flat) of ``a`` broadcast to ``shape``, as float64."""
+    arr = np.asarray(a)
+    if arr.shape == shape:
+        return np.asarray(arr.reshape(-1)[idx], np.float64)
+    return np.asarray(np.broadcast_to(arr, shape).reshape(-1)[idx], np.float64)
+
+
 def _is_float(a: np.ndarray) -> bool:
     return a.dtype.kind == "f" or a.dtype.name in FLOATS
 
@@ -104,9 +112,9 @@ def judge(t: np.ndarray, out: Out) -> Judged:
             cause="emulation claims exact" if out.exact else (out.reason or "no bound"),
             **base,
         )
-    center = np.asarray(out.center if out.center is not None else v, np.float64)
-    center = np.broadcast_to(center, t.shape).ravel()[idx]
-    err = np.broadcast_to(np.asarray(out.err, np.float64), t.shape).ravel()[idx]
+    # only the differing elements are widened to float64 (most of a large output is identical)
+    center = _at(out.center if out.center is not None else v, t.shape, idx)
+    err = _at(out.err, t.shape, idx)
     # The kernel rounds its value to nearest (even), a monotone map: the admissible results are
     # exactly [RN(center - err), RN(center + err)]. The float64 ends carry one float64 rounding
     # each, covered by widening err by 2 ulps of float64.
