@@ -22,7 +22,7 @@ import numpy as np
 
 from fpemu.arith import round_to_odd
 
-__all__ = ["LANES", "U32", "fma32", "gamma", "grow", "mad", "row_dot", "tree8"]
+__all__ = ["LANES", "U32", "fma32", "gamma", "grow", "mad", "row_dot", "sum32", "tree8"]
 
 #: unit roundoff of float32
 U32 = 2.0**-24
@@ -40,11 +40,15 @@ def fma32(a: Any, b: Any, c: Any) -> np.ndarray:
     float32 subnormal range, where the boundary bits differ): only there the float64 sum's error
     is recovered by TwoSum and folded in by round-to-odd (53 >= 24 + 2 bits).
     """
-    a64 = np.asarray(a, np.float64)
-    b64 = np.asarray(b, np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        return sum32(np.asarray(a, np.float64) * np.asarray(b, np.float64), c)
+
+
+def sum32(p: Any, c: Any) -> np.ndarray:
+    """``p + c`` rounded once to float32, for a float64 ``p`` that is an exact product of two
+    float32 values and a float32 ``c`` (:func:`fma32` with the product already formed)."""
     c64 = np.asarray(c, np.float64)
     with np.errstate(invalid="ignore", over="ignore"):
-        p = a64 * b64
         s = np.asarray(p + c64)
         bits = s.view(np.uint64)
         mag = bits & 0x7FFFFFFFFFFFFFFF

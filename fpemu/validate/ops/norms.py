@@ -48,8 +48,9 @@ from typing import Any
 
 import numpy as np
 
+from fpemu.rounding import rne_bfloat16
 from fpemu.validate.ops import Call, Out, bounded, exact, register
-from fpemu.validate.ops._fma import U32, gamma, mad, row_dot
+from fpemu.validate.ops._fma import U32, gamma, mad, row_dot, sum32
 from fpemu.validate.ops._num import to
 
 __all__ = ["layer_norm", "layer_norm_backward", "row_moments"]
@@ -234,29 +235,46 @@ def _layer_norm_dwdb(
     min(threads, M)); each thread accumulates its rows in order into a buffer of the input's
     format (``buf = buf + dy * (rstd*x + (-rstd*mean))``, both multiply-adds fused on the SIMD
     builds; bfloat16/float16 buffers round every row), then the ``threads`` buffers (unused ones
-    are zeros) are added in float32 in thread order. The threads advance side by side here."""
+    are zeros) are added in float32 in thread order. The threads advance side by side here: the
+    rows are laid out step by step, every product is formed once before the sequential loop
+    (exact in float64 where fused, rounded to float32 where not), and the live threads of a
+    step are a prefix (only the last threads run out of rows)."""
     rows, cols = x.shape
     used = min(threads, rows) if threads > 1 and rows > 1 else 1
     chunk = -(-rows // used) if rows else 0
     gbuf = np.zeros((threads, cols), _F)
     bbuf = np.zeros((threads, cols), _F)
     bias = (-rstd * mean).astype(_F)
+
+    def steps(a: np.ndarray) -> np.ndarray:  # (rows, cols) -> (chunk, used, cols), zero padded
+        out = np.zeros((used * chunk, cols), a.dtype)
+        out[:rows] = a
+        return out.reshape(used, chunk, cols).transpose(1, 0, 2)
+
     with np.errstate(all="ignore"):
-        # the normalised rows do not depend on the buffers: computed once, for every row
         xhat = mad(rstd[:, None], x, bias[:, None], fused=fused)
+        prod = dy.astype(np.float64) * xhat.astype(np.float64) if fused else (dy * xhat)
+        P, D = steps(np.asarray(prod)), steps(dy)
         for step in range(chunk):
-            tids = np.arange(used)
-            r = tids * chunk + step
-            live = r < rows
-            tids, r = tids[live], r[live]
-            gbuf[tids] = to(mad(dy[r], xhat[r], gbuf[tids], fused=fused), buf).astype(_F)
-            bbuf[tids] = to((bbuf[tids] + dy[r]).astype(_F), buf).astype(_F)
+            n = min(used, -(-(rows - step) // chunk))  # threads that still have a row
+            g = sum32(P[step, :n], gbuf[:n]) if fused else (P[step, :n] + gbuf[:n])
+            gbuf[:n] = _round_buf(np.asarray(g, _F), buf)
+            bbuf[:n] = _round_buf((bbuf[:n] + D[step, :n]).astype(_F), buf)
         g = np.zeros(cols, _F)
         bb = np.zeros(cols, _F)
         for i in range(threads):
             g = (g + gbuf[i]).astype(_F)
             bb = (bb + bbuf[i]).astype(_F)
     return g, bb
+
+
+def _round_buf(v: np.ndarray, buf: str) -> np.ndarray:
+    """float32 values rounded to the buffer's format (RNE) and held in float32 again."""
+    if buf == "bfloat16":
+        return rne_bfloat16(np.ascontiguousarray(v))
+    if buf == "float16":
+        return v.astype(np.float16).astype(_F)  # NumPy's float32 -> float16 cast is RNE
+    return v
 
 
 _REASON_DX = ("layer_norm_backward dX: float32 row sums ds=sum(dy*x*w), db=sum(dy*w) in SIMD-lane "
