@@ -19,12 +19,10 @@ regions only). Bad arguments are refused before torch is imported: one line, exi
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import sys
-from pathlib import Path
 from typing import Any
 
 from fpemu.cli.errors import UsageError
+from fpemu.cli.userfile import load_function
 
 __all__ = ["configure", "load_function", "run"]
 
@@ -67,43 +65,6 @@ def _check(args: argparse.Namespace) -> None:
         except ValueError as exc:
             accepted = str(exc).split("accepted: ", 1)[-1]
             raise UsageError(f"--recipe {args.recipe}: accepted {accepted}") from None
-
-
-def load_function(target: str) -> Any:
-    """Import ``FILE.py`` (its folder first on sys.path) and return its function ``FUNC``.
-
-    Raises:
-        UsageError: not ``FILE.py:FUNC``, a missing file, an import error, no such function.
-    """
-    path, colon, name = target.rpartition(":")
-    if not colon or not path.endswith(".py") or not name.isidentifier():
-        raise UsageError(f"FILE.py:FUNC {target}: accepted a Python file and a function name, "
-                         "e.g. train.py:main")  # fmt: skip
-    if not Path(path).is_file():
-        raise UsageError(f"FILE.py:FUNC {target}: no file {path}")
-    folder = str(Path(path).resolve().parent)
-    if folder not in sys.path:  # as `python FILE.py` does: modules beside FILE.py import
-        sys.path.insert(0, folder)
-    spec = importlib.util.spec_from_file_location(Path(path).stem, path)
-    if spec is None or spec.loader is None:  # pragma: no cover - a .py file always has one
-        raise UsageError(f"FILE.py:FUNC {target}: cannot load {path}")
-    module = importlib.util.module_from_spec(spec)
-    try:
-        spec.loader.exec_module(module)
-    except SyntaxError as exc:
-        raise UsageError(f"FILE.py:FUNC {target}: {path} line {exc.lineno}: {exc.msg}") from exc
-    except Exception as exc:  # the user's module failed: say where, in one line
-        raise UsageError(f"FILE.py:FUNC {target}: importing {path} raised {_one_line(exc)}"
-                         ) from exc  # fmt: skip
-    fn = getattr(module, name, None)
-    if not callable(fn):
-        raise UsageError(f"FILE.py:FUNC {target}: {path} has no function {name}")
-    return fn
-
-
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
 
 
 def _show(value: Any) -> str:

@@ -33,7 +33,6 @@ something does, 2 for bad arguments or when torch is not installed.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import sys
 from pathlib import Path
 from typing import Any
@@ -41,6 +40,7 @@ from typing import Any
 from fpemu.cli import output
 from fpemu.cli.errors import UsageError
 from fpemu.cli.html_out import add_html_option, check_html_path, write_html
+from fpemu.cli.userfile import load_function, one_line
 from fpemu.validate.frameworks.suite import SECTIONS
 
 TORCH_HINT = (
@@ -130,41 +130,12 @@ def scaler_option(text: str) -> dict[str, Any] | None:
 
 
 def load_factory(target: str) -> Any:
-    """Import ``FILE.py`` and return its ``FACTORY`` function.
+    """Import ``FILE.py`` and return its ``FACTORY`` function (:func:`load_function`).
 
     Raises:
         UsageError: (a ValueError) not ``FILE.py:FACTORY``, a missing file, or no such function.
     """
-    path, colon, name = target.rpartition(":")
-    if not colon or not path.endswith(".py") or not name.isidentifier():
-        raise UsageError(f"FILE.py:FACTORY {target}: accepted a Python file and a function "
-                         "name, e.g. mymodel.py:make")  # fmt: skip
-    if not Path(path).is_file():
-        raise UsageError(f"FILE.py:FACTORY {target}: no file {path}")
-    folder = str(Path(path).resolve().parent)
-    if folder not in sys.path:  # as `python FILE.py` does: modules beside FILE.py import
-        sys.path.insert(0, folder)
-    spec = importlib.util.spec_from_file_location(Path(path).stem, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    try:
-        spec.loader.exec_module(module)
-    except SyntaxError as exc:
-        raise UsageError(f"FILE.py:FACTORY {target}: {path} line {exc.lineno}: {exc.msg}"
-                         ) from exc  # fmt: skip
-    except Exception as exc:  # the user's module failed: say where, one line
-        raise UsageError(f"FILE.py:FACTORY {target}: importing {path} raised "
-                         f"{_one_line(exc)}") from exc  # fmt: skip
-    factory = getattr(module, name, None)
-    if not callable(factory):
-        raise UsageError(f"FILE.py:FACTORY {target}: {path} has no function {name}")
-    return factory
-
-
-def _one_line(exc: BaseException) -> str:
-    """``TypeName: first line of the message``."""
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+    return load_function(target, label="FILE.py:FACTORY", example="mymodel.py:make")
 
 
 def check_outputs(args: argparse.Namespace) -> None:
@@ -293,7 +264,7 @@ def run_model(args: argparse.Namespace) -> int:
         made = factory()
     except Exception as exc:  # the user's function failed: one line (--debug: the traceback)
         raise UsageError(f"FILE.py:FACTORY {args.target}: the function raised "
-                         f"{_one_line(exc)}") from exc  # fmt: skip
+                         f"{one_line(exc)}") from exc  # fmt: skip
     if not isinstance(made, tuple) or len(made) not in (3, 4):
         raise UsageError(f"FILE.py:FACTORY {args.target}: the function returned "
                          f"{type(made).__name__}; accepted (model, inputs, targets"
@@ -306,7 +277,7 @@ def run_model(args: argparse.Namespace) -> int:
             report = compare_torch(*made[:3], **_model_options(args, options))
     except RuntimeError as exc:  # torch refused the model's inputs (shapes, dtypes, ...)
         raise UsageError(f"FILE.py:FACTORY {args.target}: the framework refused the model or "
-                         f"its data: {_one_line(exc)} (fpemu --debug validate ... shows "
+                         f"its data: {one_line(exc)} (fpemu --debug validate ... shows "
                          "where)") from exc  # fmt: skip
     emit(report, args, only_differences=True)
     write_html(args.html, report)
@@ -334,7 +305,7 @@ def run_step(args: argparse.Namespace) -> int:
         step = setup()
     except Exception as exc:  # the user's function failed: one line (--debug: the traceback)
         raise UsageError(f"FILE.py:FUNC {args.target}: the function raised "
-                         f"{_one_line(exc)}") from exc  # fmt: skip
+                         f"{one_line(exc)}") from exc  # fmt: skip
     if not callable(step):
         raise UsageError(f"FILE.py:FUNC {args.target}: returned {type(step).__name__}; "
                          "accepted the step function (a callable taking no arguments)")  # fmt: skip
@@ -344,7 +315,7 @@ def run_step(args: argparse.Namespace) -> int:
                 step()
     except Exception as exc:  # the user's step failed: one line (--debug: the traceback)
         raise UsageError(f"FILE.py:FUNC {args.target}: the step raised "
-                         f"{_one_line(exc)}") from exc  # fmt: skip
+                         f"{one_line(exc)}") from exc  # fmt: skip
     report = w.report()
     emit(report, args)
     write_html(args.html, report)
