@@ -22,7 +22,7 @@ import argparse
 from typing import Any
 
 from fpemu.cli.errors import UsageError
-from fpemu.cli.userfile import load_function
+from fpemu.cli.userfile import call_function, load_function
 
 __all__ = ["configure", "load_function", "run"]
 
@@ -87,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
 
     with emulate_module.emulate(policy=args.policy, model=args.model, recipe=args.recipe,
                                 autocast=args.autocast) as em:  # fmt: skip
-        result = fn()
+        result = call_function(fn, label="FILE.py:FUNC", target=args.target)
     if result is not None:
         print(_show(result))
     print(em.summary())

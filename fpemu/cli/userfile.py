@@ -19,7 +19,7 @@ from typing import Any
 
 from fpemu.cli.errors import UsageError
 
-__all__ = ["load_function", "one_line"]
+__all__ = ["call_function", "load_function", "one_line"]
 
 
 def one_line(exc: BaseException) -> str:
@@ -60,3 +60,16 @@ def load_function(target: str, *, label: str = "FILE.py:FUNC", example: str = "t
     if not callable(fn):
         raise UsageError(f"{label} {target}: {path} has no function {name}")
     return fn
+
+
+def call_function(fn: Any, *, label: str, target: str, what: str = "the function") -> Any:
+    """``fn()``; an exception from the user's code becomes one line naming ``target``
+    (``fpemu --debug ...`` shows the traceback).
+
+    Raises:
+        UsageError: ``{label} {target}: {what} raised TypeName: first line``.
+    """
+    try:
+        return fn()
+    except Exception as exc:  # the user's function failed: one line (--debug: the traceback)
+        raise UsageError(f"{label} {target}: {what} raised {one_line(exc)}") from exc

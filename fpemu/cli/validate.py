@@ -40,7 +40,7 @@ from typing import Any
 from fpemu.cli import output
 from fpemu.cli.errors import UsageError
 from fpemu.cli.html_out import add_html_option, check_html_path, write_html
-from fpemu.cli.userfile import load_function, one_line
+from fpemu.cli.userfile import call_function, load_function, one_line
 from fpemu.validate.frameworks.suite import SECTIONS
 
 TORCH_HINT = (
@@ -259,12 +259,7 @@ def run_model(args: argparse.Namespace) -> int:
     if not args.target:
         raise UsageError("FILE.py:FACTORY (missing): accepted a Python file and a function "
                          "name, e.g. fpemu validate model mymodel.py:make")  # fmt: skip
-    factory = load_factory(args.target)
-    try:
-        made = factory()
-    except Exception as exc:  # the user's function failed: one line (--debug: the traceback)
-        raise UsageError(f"FILE.py:FACTORY {args.target}: the function raised "
-                         f"{one_line(exc)}") from exc  # fmt: skip
+    made = call_function(load_factory(args.target), label="FILE.py:FACTORY", target=args.target)
     if not isinstance(made, tuple) or len(made) not in (3, 4):
         raise UsageError(f"FILE.py:FACTORY {args.target}: the function returned "
                          f"{type(made).__name__}; accepted (model, inputs, targets"
@@ -300,23 +295,18 @@ def run_step(args: argparse.Namespace) -> int:
         raise UsageError(f"--steps {steps}: accepted an int >= 1")
     if args.policy is not None and args.policy not in preset_names():
         raise UsageError(f"--policy {args.policy}: accepted {', '.join(preset_names())}")
-    setup = load_factory(args.target)
-    try:
-        step = setup()
-    except Exception as exc:  # the user's function failed: one line (--debug: the traceback)
-        raise UsageError(f"FILE.py:FUNC {args.target}: the function raised "
-                         f"{one_line(exc)}") from exc  # fmt: skip
+    step = call_function(load_factory(args.target), label="FILE.py:FUNC", target=args.target)
     if not callable(step):
         raise UsageError(f"FILE.py:FUNC {args.target}: returned {type(step).__name__}; "
                          "accepted the step function (a callable taking no arguments)")  # fmt: skip
-    try:
+
+    def watched() -> Any:
         with watch(policy=args.policy) as w:
             for _ in range(steps):
                 step()
-    except Exception as exc:  # the user's step failed: one line (--debug: the traceback)
-        raise UsageError(f"FILE.py:FUNC {args.target}: the step raised "
-                         f"{one_line(exc)}") from exc  # fmt: skip
-    report = w.report()
+        return w.report()
+
+    report = call_function(watched, label="FILE.py:FUNC", target=args.target, what="the step")
     emit(report, args)
     write_html(args.html, report)
     return 0 if report.ok else 1
