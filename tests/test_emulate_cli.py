@@ -150,8 +150,9 @@ def test_emulate_experiment_plot_folder_must_exist(capsys: pytest.CaptureFixture
     assert "--plot /no/such/folder/f.png" in line and "does not exist" in line
 
 
-def test_a_function_that_raises_is_one_line(tmp_path: Path,
-                                            capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+def test_a_function_that_raises_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = tmp_path / "boom.py"
     path.write_text("def boom():\n    raise KeyError('no data')\n")
     line = _bad(["emulate", f"{path}:boom", "--policy", "torch_cuda_bf16"], capsys)
