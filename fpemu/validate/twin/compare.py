@@ -202,7 +202,9 @@ def _scaler_state(scaler: Any, t: Any) -> dict[str, Any] | None:
 
 
 def _fpemu_step(twin: GraphModule, opt: Optimizer, scaler: Any, x: np.ndarray, y: np.ndarray,
-                loss: str, pol: Policy) -> dict[str, Any]:  # fmt: skip
+                loss: str, pol: Policy, **state_keys: str) -> dict[str, Any]:  # fmt: skip
+    """One fpemu training step of the twin; ``state_keys`` name the scaler's state fields for
+    :func:`apply_update` (Keras's differ from torch's)."""
     with np.errstate(all="ignore"):
         opt.zero_grad()
         out = twin(x)
@@ -210,7 +212,7 @@ def _fpemu_step(twin: GraphModule, opt: Optimizer, scaler: Any, x: np.ndarray, y
             lv = loss_value(loss, out, y)
         scale = scaler.get_scale()
         scaler.scale(lv).backward()
-        done = apply_update(opt, scaler)
+        done = apply_update(opt, scaler, **state_keys)
     return {"acts": dict(twin.outputs), "loss": lv, "scale": scale, **done}
 
 

@@ -26,18 +26,16 @@ from typing import Any
 
 import numpy as np
 
-from fpemu.amp.policy import Policy, autocast, get_policy
+from fpemu.amp.policy import Policy, get_policy
 from fpemu.amp.scaling import KerasLossScaleOptimizer, get_scaler
-from fpemu.nn.graph import GraphModule
 from fpemu.nn.optim import Optimizer
 from fpemu.nn.tensor import Tensor
 from fpemu.validate.frameworks.keras_checks import import_keras
-from fpemu.validate.twin.checker import StepChecker, loss_value
+from fpemu.validate.twin.checker import StepChecker
 from fpemu.validate.twin.from_keras import from_keras
 from fpemu.validate.twin.keras_ops import KerasAdam, KerasSGD
 from fpemu.validate.twin.model_report import ModelReport, native
 from fpemu.validate.twin.torch_run import TorchStep, to_np
-from fpemu.validate.twin.update_checks import apply_update
 
 #: Keras's ``SparseCategoricalCrossentropy(from_logits=True)`` and ``MeanSquaredError()``
 #: (fpemu's ``keras_mse``: Keras's float32 ops, not torch's ``mse_loss``)
@@ -208,7 +206,8 @@ def compare_keras(
     Raises:
         ValueError: a bad argument (named, with what is accepted), or an unsupported model.
     """
-    from fpemu.validate.twin.compare import _batches  # noqa: PLC0415 - shared batch handling
+    # shared with compare_torch: the batches and the twin's step
+    from fpemu.validate.twin.compare import _batches, _fpemu_step  # noqa: PLC0415
 
     if loss not in LOSSES:
         raise ValueError(f"loss={loss!r}: accepted {', '.join(LOSSES)}")
@@ -259,7 +258,8 @@ def compare_keras(
     for s in range(steps):
         before = {n: p.data.copy() for n, p in twin.named_parameters()}
         t = trainer.step(xs[s], ys[s])
-        f = _fpemu_step(twin, opt, scaler, xs[s], ys[s], _LOSS_KEY[loss], get_policy(pol))
+        f = _fpemu_step(twin, opt, scaler, xs[s], ys[s], _LOSS_KEY[loss], get_policy(pol),
+                        scale_key="dynamic_scale", tracker_key="step_counter")  # fmt: skip
         StepChecker(report, s, twin, pol, t, f, before, shadow, _LOSS_KEY[loss]).run()
         report.trace.append({"step": s, "loss_keras": float(to_np(t.loss)),
                              "loss_fpemu": float(f["loss"].item()), "scale": t.scale,
@@ -273,19 +273,6 @@ def _optimizer(name: str, params: list[Tensor], hyper: Mapping[str, Any]) -> Opt
         return KerasSGD(params, lr=hyper["lr"], momentum=hyper["momentum"])
     return KerasAdam(params, lr=hyper["lr"], beta_1=hyper["beta_1"], beta_2=hyper["beta_2"],
                      epsilon=hyper["epsilon"], weight_decay=hyper.get("weight_decay"))  # fmt: skip
-
-
-def _fpemu_step(twin: GraphModule, opt: Optimizer, scaler: Any, x: np.ndarray, y: np.ndarray,
-                loss: str, pol: Policy) -> dict[str, Any]:  # fmt: skip
-    with np.errstate(all="ignore"):
-        opt.zero_grad()
-        out = twin(x)
-        with autocast(pol):
-            lv = loss_value(loss, out, y)
-        scale = scaler.get_scale()
-        scaler.scale(lv).backward()
-        done = apply_update(opt, scaler, scale_key="dynamic_scale", tracker_key="step_counter")
-    return {"acts": dict(twin.outputs), "loss": lv, "scale": scale, **done}
 
 
 __all__ = ["KerasAdam", "KerasSGD", "KerasTrainer", "compare_keras"]

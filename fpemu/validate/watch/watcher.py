@@ -105,7 +105,11 @@ class Watcher:
     # -- where an op runs -------------------------------------------------------------------
     def phase(self) -> str:
         """The phase of the op being dispatched now."""
-        if self._current_node() is not None:
+        return self._phase_of(self._current_node())
+
+    def _phase_of(self, node: Any) -> str:
+        """``backward`` inside autograd's engine, else the innermost hooked phase."""
+        if node is not None:
             return "backward"
         return self._phases[-1] if self._phases else "forward"
 
@@ -158,9 +162,7 @@ class Watcher:
             return func(*args, **kwargs)
         t0 = time.perf_counter()
         self.node = self._current_node()
-        phase = (
-            "backward" if self.node is not None else self._phases[-1] if self._phases else "forward"
-        )
+        phase = self._phase_of(self.node)
         if phase == "forward" and self._stepped:
             self.step += 1
             self._stepped = False
