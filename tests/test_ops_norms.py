@@ -172,3 +172,61 @@ def test_registered() -> None:
         "aten.native_batch_norm_backward.default",
     ):
         assert op in have
+
+
+def _scan_oracle(terms: np.ndarray, buf: str) -> np.ndarray:
+    """The buffer loop with exact sums (Fraction) and one correct rounding to float32, then
+    one to the buffer's format, per step (reference/: no fpemu code)."""
+    from fractions import Fraction  # noqa: PLC0415
+
+    from reference.rounding import round_value  # noqa: PLC0415
+    from reference.spec import BFLOAT16, FLOAT16, FLOAT32  # noqa: PLC0415
+    from reference.value import to_float  # noqa: PLC0415
+
+    spec = {"float32": FLOAT32, "bfloat16": BFLOAT16, "float16": FLOAT16}[buf]
+    acc = np.zeros(terms.shape[1:])
+    for k in range(terms.shape[0]):
+        for i in np.ndindex(acc.shape):
+            r32 = round_value(
+                Fraction(float(acc[i])) + Fraction(float(terms[k][i])), FLOAT32, "rne"
+            )
+            acc[i] = to_float(round_value(r32, spec, "rne"))
+    return acc
+
+
+@pytest.mark.parametrize("buf", ["float32", "bfloat16", "float16"])
+def test_layer_norm_buffer_scan_is_the_exact_loop(buf: str) -> None:
+    """The weight-gradient buffer loop (four NumPy calls per row, boundary cases found after the
+    loop and the loop restarted there) equals the loop with exact sums, on random exact products
+    and on products built so the float64 sum is inexact and lands on a float32 midpoint (the
+    double rounding the restart must repair) at several steps, including the last."""
+    from fpemu.validate.ops.norms import _scan  # noqa: PLC0415
+
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((40, 3, 6)).astype(np.float32).astype(np.float64)
+    b = rng.standard_normal((40, 3, 6)).astype(np.float32).astype(np.float64)
+    terms = a * b  # exact products of float32 values
+    ours, oracle = _scan(terms, 6, buf), _scan_oracle(terms, buf)
+    assert (ours.view(np.uint64) == oracle.view(np.uint64)).all()
+    # acc = 1 after step 0 (every buffer format holds 1), then 1 + 2^-24 + 2^-76: a float64
+    # sum that rounds onto the float32 midpoint 1 + 2^-24 while the exact sum lies above it
+    t = np.zeros((6, 2, 6))
+    t[0] = 1.0
+    t[1, 0, 2] = 2.0**-24 + 2.0**-76
+    t[3, 1, 5] = -(2.0**-25 + 2.0**-77)  # below 1 the midpoint is 1 - 2^-25
+    t[5, 0, 0] = 2.0**-24 + 2.0**-76
+    ours, oracle = _scan(t, 6, buf), _scan_oracle(t, buf)
+    assert (ours.view(np.uint64) == oracle.view(np.uint64)).all()
+    if buf == "float32":  # the repair is visible: plain float64 then float32 would give 1.0
+        assert ours[0, 2] == 1 + 2.0**-23 and ours[0, 0] == 1 + 2.0**-23
+        assert ours[1, 5] == 1 - 2.0**-24
+    # in the buffer's own format: 1 + h + 2^-24 + 2^-60 (h: half the buffer's ulp at 1) rounds
+    # in float64 onto the float32 tie 1 + h + 2^-24, which goes to even (1 + h), a buffer tie
+    # that goes to 1; the exact sum gives float32 1 + h + 2^-23 and the buffer's 1 + 2h
+    h = {"float32": 2.0**-24, "bfloat16": 2.0**-8, "float16": 2.0**-11}[buf]
+    if buf != "float32":
+        t = np.zeros((2, 1, 1))
+        t[0] = 1.0
+        t[1] = h + 2.0**-24 + 2.0**-60
+        ours = _scan(t, 1, buf)
+        assert ours[0, 0] == 1 + 2 * h == _scan_oracle(t, buf)[0, 0]

@@ -46,9 +46,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
-from fpemu.rounding import rne_bfloat16
 from fpemu.validate.ops import Call, Out, bounded, exact, register
 from fpemu.validate.ops._fma import U32, gamma, mad, row_dot, sum32
 from fpemu.validate.ops._num import to
@@ -236,14 +236,12 @@ def _layer_norm_dwdb(
     format (``buf = buf + dy * (rstd*x + (-rstd*mean))``, both multiply-adds fused on the SIMD
     builds; bfloat16/float16 buffers round every row), then the ``threads`` buffers (unused ones
     are zeros) are added in float32 in thread order. The threads advance side by side here: the
-    rows are laid out step by step, every product is formed once before the sequential loop
-    (exact in float64 where fused, rounded to float32 where not), and the live threads of a
-    step are a prefix (only the last threads run out of rows)."""
+    rows are laid out step by step (a thread out of rows adds zeros, which changes nothing: its
+    buffer is never -0), every product is formed once before the sequential loop (exact in
+    float64 where fused, rounded to float32 where not), and :func:`_scan` runs the loop."""
     rows, cols = x.shape
     used = min(threads, rows) if threads > 1 and rows > 1 else 1
     chunk = -(-rows // used) if rows else 0
-    gbuf = np.zeros((threads, cols), _F)
-    bbuf = np.zeros((threads, cols), _F)
     bias = (-rstd * mean).astype(_F)
 
     def steps(a: np.ndarray) -> np.ndarray:  # (rows, cols) -> (chunk, used, cols), zero padded
@@ -254,26 +252,69 @@ def _layer_norm_dwdb(
     with np.errstate(all="ignore"):
         xhat = mad(rstd[:, None], x, bias[:, None], fused=fused)
         prod = dy.astype(np.float64) * xhat.astype(np.float64) if fused else (dy * xhat)
-        P, D = steps(np.asarray(prod)), steps(dy)
-        for step in range(chunk):
-            n = min(used, -(-(rows - step) // chunk))  # threads that still have a row
-            g = sum32(P[step, :n], gbuf[:n]) if fused else (P[step, :n] + gbuf[:n])
-            gbuf[:n] = _round_buf(np.asarray(g, _F), buf)
-            bbuf[:n] = _round_buf((bbuf[:n] + D[step, :n]).astype(_F), buf)
+        terms = np.concatenate([steps(np.asarray(prod, np.float64)),
+                                steps(dy.astype(np.float64))], axis=2)  # fmt: skip
+        acc = _scan(terms, cols if fused else 0, buf)
         g = np.zeros(cols, _F)
         bb = np.zeros(cols, _F)
-        for i in range(threads):
-            g = (g + gbuf[i]).astype(_F)
-            bb = (bb + bbuf[i]).astype(_F)
+        for i in range(used):  # unused threads' buffers are zeros: adding them changes nothing
+            g = (g + acc[i, :cols]).astype(_F)
+            bb = (bb + acc[i, cols:]).astype(_F)
     return g, bb
 
 
+def _scan(terms: np.ndarray, risky_cols: int, buf: str) -> np.ndarray:
+    """The buffers after ``buf = round_buf(float32(buf + term))`` for each step of ``terms``
+    (steps, threads, columns; float64 terms that are float32 values or exact float32 products).
+
+    Each step costs four NumPy calls: the float64 sum ``s``, then float32 and the buffer's
+    format. Rounding ``s`` to float32 is the single rounding of the exact sum when the term is
+    a float32 value (Figueroa: 53 >= 2*24 + 2), and also for an exact product unless ``s`` was
+    inexact and lands on a float32 rounding boundary (a midpoint, or the float32 subnormal
+    range): those are found afterwards for the first ``risky_cols`` columns in one vectorised
+    TwoSum over every step, and the scan restarts after the first such step with that step
+    rounded by :func:`sum32` (round to odd)."""
+    n_steps = terms.shape[0]
+    after = np.zeros((n_steps + 1, *terms.shape[1:]), np.float64)  # after[k]: before step k
+    sums = np.zeros(terms.shape, np.float64)
+    start = 0
+    while start < n_steps:
+        for k in range(start, n_steps):
+            np.add(terms[k], after[k], out=sums[k])
+            after[k + 1] = _round_buf(sums[k].astype(_F), buf)
+        if not risky_cols:
+            break
+        p, c, s = (
+            terms[start:, :, :risky_cols],
+            after[start:-1, :, :risky_cols],
+            sums[start:, :, :risky_cols],
+        )
+        bits = s.view(np.uint64)
+        mag = bits & np.uint64(0x7FFFFFFFFFFFFFFF)
+        boundary = ((bits & np.uint64(0x1FFFFFFF)) == np.uint64(0x10000000)) | (
+            (mag != 0) & (mag < np.uint64(0x3810000000000000))
+        )
+        if not boundary.any():
+            break
+        bb = s - p
+        err = (p - (s - bb)) + (c - bb)
+        bad = np.nonzero((boundary & (err != 0) & np.isfinite(err)).any(axis=(1, 2)))[0]
+        if not bad.size:
+            break
+        k = start + int(bad[0])
+        fixed = sums[k].astype(_F)
+        fixed[:, :risky_cols] = sum32(terms[k, :, :risky_cols], after[k, :, :risky_cols])
+        after[k + 1] = _round_buf(fixed, buf)
+        start = k + 1
+    return after[n_steps]
+
+
 def _round_buf(v: np.ndarray, buf: str) -> np.ndarray:
-    """float32 values rounded to the buffer's format (RNE) and held in float32 again."""
+    """float32 values rounded to the buffer's format (RNE: ml_dtypes' and NumPy's casts)."""
     if buf == "bfloat16":
-        return rne_bfloat16(np.ascontiguousarray(v))
+        return v.astype(ml_dtypes.bfloat16)
     if buf == "float16":
-        return v.astype(np.float16).astype(_F)  # NumPy's float32 -> float16 cast is RNE
+        return v.astype(np.float16)
     return v
 
 
