@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from fpemu.validate.ops import Call, Out, bounded, exact
-from fpemu.validate.ops._fp import K_LIBM, by_bits, candidates, fma, hull_out, quiet, scalar
+from fpemu.validate.ops._fp import K_LIBM, _hull, by_bits, candidates, fma, hull_out, quiet, scalar
 from fpemu.validate.ops._num import LOW, dtype, fmt, is_float, to, ulp
 
 __all__ = ["add", "binary", "compare", "div", "mul", "unary_libm"]
@@ -243,6 +243,11 @@ def unary_libm(call: Call, *f64: Callable[[np.ndarray], np.ndarray]) -> list[Out
 
     def one(a: np.ndarray) -> Out:
         x = a.astype(_cdt(name))
+        if len(f64) == 1 and x.dtype == np.float32:
+            # one function: its candidates are ordered, so the ends are the hull (no stack)
+            c = candidates(f64[0](x.astype(np.float64)))
+            lo, hi = c[0].astype(np.float64), c[-1].astype(np.float64)
+            return _hull(c[len(c) // 2], lo, hi, np.isnan(lo), np.False_, name, _LIBM)
         ends: list[np.ndarray] = []  # the lowest and highest candidate of each function
         mid = None
         for f in f64:
@@ -262,7 +267,20 @@ def unary_libm(call: Call, *f64: Callable[[np.ndarray], np.ndarray]) -> list[Out
 
 quiet("aten.exp.default", "aten.exp_.default")(lambda c: unary_libm(c, np.exp))
 quiet("aten.log.default", "aten.log_.default")(lambda c: unary_libm(c, np.log))
-quiet("aten.sqrt.default", "aten.sqrt_.default")(lambda c: unary_libm(c, np.sqrt))
+
+
+@quiet("aten.sqrt.default", "aten.sqrt_.default")
+def sqrt(call: Call) -> list[Out | None]:
+    """16-bit: exact, ``sqrt`` in float32 rounded once to the output dtype (IEEE 754 square
+    root is correctly rounded, and torch's vector, tail and ``default`` paths all are; measured
+    on every bfloat16 and float16 code). float32/float64: bounded like the transcendentals,
+    because large contiguous tensors go through MKL VML, which is not correctly rounded
+    (torch 2.13 avx512, measured: 5,924 of 2,000,003 random float32 inputs one ulp from NumPy's
+    correctly rounded ``sqrt``; 16-element tensors all equal)."""
+    name = call.out_dtypes[0]
+    if name not in LOW:
+        return unary_libm(call, np.sqrt)
+    return [exact(to(np.sqrt(call.args[0].astype(np.float32)), name))]
 
 
 @quiet("aten.pow.Tensor_Scalar", "aten.pow_.Scalar")

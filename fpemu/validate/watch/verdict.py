@@ -48,7 +48,16 @@ class Judged:
 
 
 def _bits(a: np.ndarray) -> np.ndarray:
-    return a.view(f"u{a.dtype.itemsize}")
+    """The bits of ``a`` as unsigned ints, without copying (a strided view of the same memory;
+    a layout NumPy cannot reinterpret in place is copied first)."""
+    try:
+        return a.view(f"u{a.dtype.itemsize}")
+    except ValueError:
+        return np.ascontiguousarray(a).view(f"u{a.dtype.itemsize}")
+
+
+def _address(a: np.ndarray) -> int:
+    return int(a.__array_interface__["data"][0])
 
 
 def _at(a: Any, shape: tuple[int, ...], idx: np.ndarray) -> np.ndarray:
@@ -75,11 +84,15 @@ def judge(t: np.ndarray, out: Out) -> Judged:
             float("inf"),
             cause=f"shape/dtype: torch {t.dtype}{list(t.shape)}, fpemu {v.dtype}{list(v.shape)}",
         )
+    if t.size and t.strides == v.strides and _address(t) == _address(v):
+        # the same memory read the same way (a view op's output and its emulation, both views
+        # of torch's own storage): the same bits, proved without reading them
+        return Judged("identical", t.size)
     is_float = _is_float(t)
     if not is_float:
         diff = np.asarray(t != v)
     else:
-        diff = _bits(np.ascontiguousarray(t)) != _bits(np.ascontiguousarray(v))
+        diff = _bits(t) != _bits(v)
         if diff.any():
             tf, vf = t.astype(np.float64), v.astype(np.float64)
             diff &= ~(np.isnan(tf) & np.isnan(vf))
