@@ -110,11 +110,14 @@ def test_bounds_are_tight(name: str) -> None:
     for op, args, kw in cases:
         outs, em = emulate(op, *args, **kw)
         t, e = to_numpy(outs[0]), em[0]
-        err = np.broadcast_to(np.asarray(e.err, np.float64), t.shape)
+        assert e is not None
+        bounds = e.bounds_at(np.arange(t.size))  # eager or lazy: the bound at every element
+        assert bounds is not None
+        center, err = bounds[0].reshape(t.shape), bounds[1].reshape(t.shape)
         single = np.flatnonzero(err == 0)
         if name == "float32":
             # float32: the bound is a few ulps wide (erf's A&S error, the running bound)
-            width = 2 * err / ulp(e.center, name)
+            width = 2 * err / ulp(center, name)
             assert np.median(width) <= 80, (str(op), kw, np.median(width))
             continue
         assert single.size / t.size > 0.7, (str(op), kw, single.size / t.size)
@@ -154,10 +157,18 @@ def test_large_16_bit_tensors_by_distinct_values(name: str) -> None:
         parts = [emulation(Call(str(op), (gn[i : i + 4096], xn[i : i + 4096]), kw, (name,)))[0]
                  for i in range(0, xn.size, 4096)]  # fmt: skip
         assert whole is not None and all(p is not None for p in parts)
-        for field in ("value", "center", "err"):
-            a = np.asarray(getattr(whole, field), np.float64)
-            b = np.concatenate([np.asarray(getattr(p, field), np.float64).ravel() for p in parts])
-            assert np.array_equal(a.ravel(), b, equal_nan=True), (str(op), field)
+        whole_b = whole.bounds_at(np.arange(xn.size))  # lazy bounds: asked for everywhere
+        parts_b = [p.bounds_at(np.arange(p.value.size)) for p in parts if p is not None]
+        assert whole_b is not None and all(b is not None for b in parts_b)
+        for k, field in enumerate(("center", "err")):
+            a = whole_b[k]
+            b = np.concatenate([pb[k] for pb in parts_b if pb is not None])
+            assert np.array_equal(a, b, equal_nan=True), (str(op), field)
+        a = np.asarray(whole.value, np.float64).ravel()
+        b = np.concatenate(
+            [np.asarray(p.value, np.float64).ravel() for p in parts if p is not None]
+        )
+        assert np.array_equal(a, b, equal_nan=True), (str(op), "value")
         check(op, g, x, claim="bounded", **kw)
 
 
@@ -198,3 +209,19 @@ def test_registered() -> None:
 def test_capabilities() -> None:
     """The same claims hold under ATEN_CPU_CAPABILITY=default and avx2 (subprocesses)."""
     rerun(__file__)
+
+
+def test_value_only_parts_equal_the_bounded_ones() -> None:
+    """The backwards' x-parts computed without their bound (float32 inputs: the bound is
+    computed only where torch differs) give the same float32 bits as with it."""
+    from fpemu.validate.ops import activations as act  # noqa: PLC0415
+
+    rng = np.random.default_rng(3)
+    special = [0.0, -0.0, 1e-40, -1e-40, np.inf, -np.inf, np.nan, 88.0, -88.0]
+    x = np.concatenate([rng.standard_normal(5000) * 4, rng.standard_normal(500) * 40, special])
+    x = x.astype(np.float32)
+    for fn, value in act._VALUE.items():
+        with np.errstate(all="ignore"):  # inf and NaN inputs are data (the emulations run so)
+            a, b = fn(x)[0], value(x)
+        assert a.dtype == b.dtype == np.float32
+        assert np.array_equal(a.view(np.uint32), b.view(np.uint32)), fn.__name__

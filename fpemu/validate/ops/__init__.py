@@ -35,7 +35,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["TABLE", "Call", "Emulation", "Out", "exact", "lookup", "names", "register"]
+__all__ = ["TABLE", "Call", "Emulation", "Out", "bounded", "exact", "lazy", "lookup", "names",
+           "register"]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -92,6 +93,10 @@ class Out:
         err: where not exact, a bound (scalar or elementwise) on ``|kernel's value - center|``
             before the final rounding to the output format.
         reason: why the result is bounded rather than exact, with the bound's derivation.
+        bound: instead of ``center``/``err``, a function giving both (float64 arrays) at flat
+            indices of the output: the watcher needs them only where torch's result differs
+            from ``value``, a small part of a large output, so an emulation whose bound costs
+            more than its value computes it there only (:func:`lazy`).
     """
 
     value: np.ndarray
@@ -99,6 +104,29 @@ class Out:
     center: np.ndarray | None = None
     err: np.ndarray | float | None = None
     reason: str = ""
+    bound: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]] | None = None
+
+    def bounds_at(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+        """``(center, err)`` as float64 at the flat indices ``idx`` (None: no bound).
+
+        >>> o = bounded(np.float32([1.0, 2.0]), 0.5, "r")
+        >>> [a.tolist() for a in o.bounds_at(np.array([1]))]
+        [[2.0], [0.5]]
+        """
+        shape = np.shape(self.value)
+        if self.bound is not None:
+            c, e = self.bound(idx)
+            return np.asarray(c, np.float64), np.asarray(e, np.float64)
+        if self.err is None:
+            return None
+
+        def at(a: Any) -> np.ndarray:
+            arr = np.asarray(a)
+            if arr.shape != shape:
+                arr = np.broadcast_to(arr, shape)
+            return np.asarray(arr.reshape(-1)[idx], np.float64)
+
+        return at(self.center if self.center is not None else self.value), at(self.err)
 
 
 #: one emulation: the call -> one Out (or None: not judged) per tensor output
@@ -171,6 +199,19 @@ def exact(value: Any) -> Out:
     True
     """
     return Out(np.asarray(value))
+
+
+def lazy(
+    value: Any, bound: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]], reason: str
+) -> Out:
+    """A bounded :class:`Out` whose ``(center, err)`` are computed by ``bound(flat_indices)``
+    only where they are needed.
+
+    >>> o = lazy(np.float32([1.0, 2.0]), lambda i: (i * 1.0 + 1, i * 0.0 + 0.25), "r")
+    >>> [a.tolist() for a in o.bounds_at(np.array([0, 1]))]
+    [[1.0, 2.0], [0.25, 0.25]]
+    """
+    return Out(np.asarray(value), exact=False, reason=reason, bound=bound)
 
 
 def bounded(value: Any, err: Any, reason: str, *, center: Any = None) -> Out:

@@ -26,8 +26,8 @@ import numpy as np
 from fpemu.validate.ops import Call, Emulation, Out, bounded, register
 from fpemu.validate.ops._num import LOW, to
 
-__all__ = ["K_LIBM", "by_bits", "candidates", "fma", "fma32", "hull_out", "monotone", "quiet",
-           "scalar"]  # fmt: skip
+__all__ = ["K_LIBM", "by_bits", "candidates", "codes", "fma", "fma32", "hull_out", "monotone",
+           "quiet", "scalar"]  # fmt: skip
 
 #: ulps within which torch's float32 transcendental lies from the exact value. Sources: Sleef's
 #: ``*_u10`` functions (the AVX2/AVX512 ``Vectorized<float>``) are documented at most 1.0 ulp;
@@ -60,22 +60,30 @@ def by_bits(x: np.ndarray, f: Callable[[np.ndarray], Out]) -> Out:
     bfloat16/float16 activations."""
     if x.dtype.itemsize != 2 or x.size < 8192:
         return f(x)
-    bits = np.ascontiguousarray(x).view(np.uint16).ravel()
-    seen = np.zeros(1 << 16, np.bool_)
-    seen[bits] = True
-    keys = np.flatnonzero(seen).astype(np.uint16)
-    pos = np.zeros(1 << 16, np.intp)
-    pos[keys] = np.arange(keys.size)
-    inv = pos[bits]
+    keys, inv = codes(x)
     out = f(keys.view(x.dtype))
 
     def spread(a: Any) -> Any:
         arr = np.asarray(a)
         return arr[inv].reshape(x.shape) if arr.ndim else arr
 
+    bound = out.bound
     return Out(spread(out.value), out.exact,
                None if out.center is None else spread(out.center),
-               None if out.err is None else spread(out.err), out.reason)  # fmt: skip
+               None if out.err is None else spread(out.err), out.reason,
+               None if bound is None else lambda idx: bound(inv[idx]))  # fmt: skip
+
+
+def codes(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct bit patterns of a 16-bit array (sorted, uint16) and, for each element in
+    flat order, the position of its pattern among them."""
+    bits = np.ascontiguousarray(x).view(np.uint16).ravel()
+    seen = np.zeros(1 << 16, np.bool_)
+    seen[bits] = True
+    keys = np.flatnonzero(seen).astype(np.uint16)
+    pos = np.zeros(1 << 16, np.intp)
+    pos[keys] = np.arange(keys.size)
+    return keys, pos[bits]
 
 
 def fma32(a: Any, b: Any, c: Any) -> np.ndarray:

@@ -18,15 +18,16 @@ their float32 result plus their largest slope over the operand's interval times 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from fpemu.validate.ops import Out, bounded
+from fpemu.validate.ops import Out, bounded, lazy
 from fpemu.validate.ops._fp import K_LIBM
 from fpemu.validate.ops._num import to
 
-__all__ = ["IV", "iv_out"]
+__all__ = ["IV", "iv_ends", "iv_lazy", "iv_out"]
 
 U = 2.0**-24
 ETA = 2.0**-150
@@ -86,21 +87,47 @@ class IV:
 
 def iv_out(value: np.ndarray, iv: IV, name: str, reason: str, *, ftz: bool = False) -> Out:
     """An :class:`Out`: ``value`` (the kernel's formula in float32, rounded to ``name``) and the
-    interval ``iv`` of the float32 result, given by its ends rounded to ``name`` (RNE is monotone,
-    so torch's result lies between them; ``judge`` leaves representable ends unchanged).
-    ``ftz``: the kernel flushes subnormal float32 results to zero (oneDNN): 0 is admitted where
-    the interval reaches below the float32 normals."""
+    interval ``iv`` of the float32 result (:func:`iv_ends`)."""
+    center, err = iv_ends(iv, name, ftz=ftz)
+    return bounded(to(value, name), err, reason, center=center)
+
+
+def iv_lazy(
+    value: np.ndarray, iv_at: Callable[[np.ndarray], IV], name: str, reason: str, *,
+    ftz: bool = False,
+) -> Out:  # fmt: skip
+    """:func:`iv_out` with the interval computed only where the watcher asks for it:
+    ``iv_at(flat_indices)`` is the interval of those elements (:func:`fpemu.validate.ops.lazy`)."""
+    return lazy(to(value, name), lambda idx: iv_ends(iv_at(idx), name, ftz=ftz), reason)
+
+
+def iv_ends(iv: IV, name: str, *, ftz: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """``(center, err)`` of the float32 result's interval ``iv`` given by its ends rounded to
+    ``name`` (RNE is monotone, so torch's result lies between them; ``judge`` leaves
+    representable ends unchanged). ``ftz``: the kernel flushes subnormal float32 results to
+    zero (oneDNN): 0 is admitted where the interval reaches below the float32 normals."""
     with np.errstate(invalid="ignore", over="ignore"):
-        slack = iv.e * (1 + 2.0**-40) + np.abs(iv.v) * 2.0**-50  # float64 evaluation of v, e
+        slack = iv.e * (1 + 2.0**-40)
+        slack += np.abs(iv.v) * 2.0**-50  # float64 evaluation of v, e
         lo = to(iv.v - slack, name).astype(np.float64)
         hi = to(iv.v + slack, name).astype(np.float64)
         if ftz:
-            sub = (np.minimum(np.abs(lo), np.abs(hi)) < 2.0**-126) | (np.sign(lo) != np.sign(hi))
-            lo, hi = np.where(sub, np.minimum(lo, 0.0), lo), np.where(sub, np.maximum(hi, 0.0), hi)
-        fin = np.isfinite(lo) & np.isfinite(hi)
-        center = np.where(lo == hi, lo, np.where(fin, lo / 2 + hi / 2, 0.0))
-        # an interval reaching an infinity (a divisor's bound straddling 0): not judged
-        err = np.where(lo == hi, 0.0, np.where(fin, hi / 2 - lo / 2, np.inf))
-        center = np.where(np.isnan(iv.v), np.nan, center)
-        err = np.where(np.isnan(iv.v), 0.0, err)
-    return bounded(to(value, name), err, reason, center=center)
+            # lo <= hi: the interval avoids [-2^-126, 2^-126] only if it lies above or below it
+            sub = ~((lo >= 2.0**-126) | (hi <= -(2.0**-126)))
+            if sub.any():
+                lo, hi = (
+                    np.where(sub, np.minimum(lo, 0.0), lo),
+                    np.where(sub, np.maximum(hi, 0.0), hi),
+                )
+        center = lo * 0.5 + hi * 0.5  # exact: lo, hi are 16-bit/float32 values, far from underflow
+        err = hi * 0.5 - lo * 0.5
+        odd = ~np.isfinite(err)  # infinite ends, NaN: the general rules, on those elements only
+        if odd.any():
+            k = np.nonzero(odd)
+            lk, hk, vk = lo[k], hi[k], np.broadcast_to(iv.v, err.shape)[k]
+            fin = np.isfinite(lk) & np.isfinite(hk)
+            # an interval reaching an infinity (a divisor's bound straddling 0): not judged
+            center[k] = np.where(np.isnan(vk), np.nan,
+                                 np.where(lk == hk, lk, np.where(fin, center[k], 0.0)))  # fmt: skip
+            err[k] = np.where(np.isnan(vk) | (lk == hk), 0.0, np.inf)
+    return center, err

@@ -44,9 +44,10 @@ import numpy as np
 
 from fpemu.validate.ops import Call, Out, exact
 from fpemu.validate.ops import _onednn as onednn
+from fpemu.validate.ops._erf import erf64
 from fpemu.validate.ops._erf import erf_iv as _erf_iv
-from fpemu.validate.ops._fp import by_bits, candidates, fma32, hull_out, quiet
-from fpemu.validate.ops._iv import IV, iv_out
+from fpemu.validate.ops._fp import by_bits, candidates, codes, fma32, hull_out, quiet
+from fpemu.validate.ops._iv import IV, iv_lazy, iv_out
 from fpemu.validate.ops._num import LOW, to
 
 __all__ = ["gelu", "gelu_backward", "relu", "sigmoid", "silu", "silu_backward"]
@@ -283,31 +284,39 @@ def gelu(call: Call) -> list[Out | None]:
 def gelu_backward(call: Call) -> list[Out | None]:
     """erf: ``dy * (cdf + x*pdf)``, cdf = ``0.5*(1 + erf(x/sqrt2))``, pdf = ``beta*exp(-x*x/2)``,
     the running bound with the erf interval of :func:`_erf_iv`. tanh: the running bound of the
-    Gelu.h formula (non-monotone in tanh, four contraction sites)."""
+    Gelu.h formula (non-monotone in tanh, four contraction sites). The bound is computed only
+    where torch's result differs from the value (:func:`iv_lazy`)."""
     name = call.out_dtypes[0]
     dy = _x(call.args[0], name)
     approx = call.kwargs.get("approximate", call.args[2] if len(call.args) > 2 else "none")
     xval, xiv = _xpart(call.args[1], name, _gelu_bw_tanh if approx == "tanh" else _gelu_bw_erf)
     with np.errstate(all="ignore"):
         val = dy * xval
+    flat_dy = np.broadcast_to(dy, val.shape).reshape(-1)
+
+    def iv_at(idx: np.ndarray) -> IV:
+        return IV.of(flat_dy[idx]) * xiv(idx)
+
     if approx == "tanh":
-        return [iv_out(val, IV.of(dy) * xiv, name, _IVR)]
-    return [iv_out(val, IV.of(dy) * xiv, name, _ERF, ftz=True)]
+        return [iv_lazy(val, iv_at, name, _IVR)]
+    return [iv_lazy(val, iv_at, name, _ERF, ftz=True)]
 
 
 def _xpart(
     a: np.ndarray, name: str, fn: Callable[[np.ndarray], tuple[np.ndarray, IV]]
-) -> tuple[np.ndarray, IV]:
-    """The factor of a backward that depends on ``x`` only: its float32 value and interval,
-    evaluated once per distinct 16-bit value (``by_bits``)."""
-
-    def one(v: np.ndarray) -> Out:
-        val, iv = fn(_x(v, name))
-        return Out(val, False, iv.v, iv.e)
-
-    out = by_bits(a, one)
-    assert out.center is not None and out.err is not None
-    return np.asarray(out.value), IV(out.center, np.broadcast_to(out.err, np.shape(out.center)))
+) -> tuple[np.ndarray, Callable[[np.ndarray], IV]]:
+    """The factor of a backward that depends on ``x`` only: its float32 value (every element)
+    and its interval at given flat indices: for a large 16-bit ``a`` both evaluated once per
+    distinct value (as ``by_bits``: at most 65536), otherwise the value everywhere and the
+    interval only at the indices asked for."""
+    if a.dtype.itemsize == 2 and a.size >= 8192:
+        keys, inv = codes(a)
+        val, iv = fn(_x(keys.view(a.dtype), name))
+        e = np.broadcast_to(iv.e, np.shape(iv.v))
+        return val[inv].reshape(a.shape), lambda idx: IV(iv.v[inv[idx]], e[inv[idx]])
+    x = _x(a, name)
+    flat = x.reshape(-1)
+    return _VALUE[fn](x), lambda idx: fn(flat[idx])[1]
 
 
 def _gelu_bw_erf(x: np.ndarray) -> tuple[np.ndarray, IV]:
@@ -322,13 +331,23 @@ def _gelu_bw_erf(x: np.ndarray) -> tuple[np.ndarray, IV]:
         with np.errstate(over="ignore"):
             return np.asarray(np.exp(hi))
 
-    kb = IV.const(2 / math.sqrt(math.pi) * math.sqrt(0.5) * 0.5)
+    kb = IV.const(_KB)
     res = cdf + X * (kb * xsq.func(np.exp, slope))
+    return _gelu_bw_erf_value(x, erf.v), res
+
+
+_KB = 2 / math.sqrt(math.pi) * math.sqrt(0.5) * 0.5
+
+
+def _gelu_bw_erf_value(x: np.ndarray, erf: np.ndarray | None = None) -> np.ndarray:
+    """The float32 value of :func:`_gelu_bw_erf` (erf correctly rounded) without its bound."""
+    if erf is None:
+        z = np.abs((x * _F(math.sqrt(0.5))).astype(np.float64))
+        erf = erf64(z) * np.where(np.signbit(x), -1.0, 1.0)
     with np.errstate(all="ignore"):
-        cd = _F(0.5) * (_F(1) + erf.v.astype(_F))
-        pdf = _F(kb.v) * np.exp(((x * x) * _F(-0.5)).astype(np.float64)).astype(_F)
-        val = cd + x * pdf
-    return val, res
+        cd = _F(0.5) * (_F(1) + erf.astype(_F))
+        pdf = _F(np.float32(_KB)) * np.exp(((x * x) * _F(-0.5)).astype(np.float64)).astype(_F)
+        return np.asarray(cd + x * pdf)
 
 
 def _gelu_bw_tanh(x: np.ndarray) -> tuple[np.ndarray, IV]:
@@ -348,13 +367,18 @@ def _gelu_bw_tanh(x: np.ndarray) -> tuple[np.ndarray, IV]:
     k3 = IV.const(float(np.float32(3) * np.float32(_KAPPA)))
     idv = IV.const(_BETA) * (IV.const(1.0) + k3 * xsq)
     res = ld + left * td * idv
+    return _gelu_bw_tanh_value(x), res
+
+
+def _gelu_bw_tanh_value(x: np.ndarray) -> np.ndarray:
+    """The float32 value of :func:`_gelu_bw_tanh` (tanh correctly rounded) without its bound."""
     with np.errstate(all="ignore"):
         xs, b, k = x * x, _F(_BETA), _F(_KAPPA)
         th = np.tanh((b * (x + k * (xs * x))).astype(np.float64)).astype(_F)
         val = _F(0.5) * (_F(1) + th) + (_F(0.5) * x) * (_F(1) - th * th) * (
             b * (_F(1) + (_F(3) * k) * xs)
         )
-    return val, res
+    return np.asarray(val)
 
 
 @quiet("aten.silu_backward.default")
@@ -366,7 +390,8 @@ def silu_backward(call: Call) -> list[Out | None]:
     qval, qiv = _xpart(call.args[1], name, _silu_q)
     with np.errstate(all="ignore"):
         val = (dy * sval) * qval
-    return [iv_out(val, IV.of(dy) * siv * qiv, name, _IVR)]
+    flat_dy = np.broadcast_to(dy, val.shape).reshape(-1)
+    return [iv_lazy(val, lambda idx: IV.of(flat_dy[idx]) * siv(idx) * qiv(idx), name, _IVR)]
 
 
 def _silu_s(x: np.ndarray) -> tuple[np.ndarray, IV]:
@@ -378,15 +403,28 @@ def _silu_s(x: np.ndarray) -> tuple[np.ndarray, IV]:
 
     one = IV.const(1.0)
     s = one / (one + IV(-x.astype(np.float64), 0.0).func(np.exp, slope))
+    return _silu_s_value(x), s
+
+
+def _silu_s_value(x: np.ndarray) -> np.ndarray:
     with np.errstate(all="ignore"):
-        sv = _F(1) / (_F(1) + np.exp(-x.astype(np.float64)).astype(_F))
-    return sv, s
+        return np.asarray(_F(1) / (_F(1) + np.exp(-x.astype(np.float64)).astype(_F)))
 
 
 def _silu_q(x: np.ndarray) -> tuple[np.ndarray, IV]:
     """``1 + x*(1 - s)``."""
-    sv, s = _silu_s(x)
+    _, s = _silu_s(x)
     one = IV.const(1.0)
+    return _silu_q_value(x), one + IV.of(x) * (one - s)
+
+
+def _silu_q_value(x: np.ndarray) -> np.ndarray:
     with np.errstate(all="ignore"):
-        qv = _F(1) + x * (_F(1) - sv)
-    return qv, one + IV.of(x) * (one - s)
+        return np.asarray(_F(1) + x * (_F(1) - _silu_s_value(x)))
+
+
+#: each x-part's value-only function (the same float32 value, without the bound's cost)
+_VALUE: dict[Any, Callable[[np.ndarray], np.ndarray]] = {
+    _gelu_bw_erf: _gelu_bw_erf_value, _gelu_bw_tanh: _gelu_bw_tanh_value,
+    _silu_s: _silu_s_value, _silu_q: _silu_q_value,
+}  # fmt: skip

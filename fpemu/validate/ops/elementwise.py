@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from fpemu.validate.ops import Call, Out, bounded, exact
+from fpemu.validate.ops import Call, Out, bounded, exact, lazy
 from fpemu.validate.ops._fp import K_LIBM, _hull, by_bits, candidates, fma, hull_out, quiet, scalar
 from fpemu.validate.ops._num import LOW, dtype, fmt, is_float, to, ulp
 
@@ -244,10 +244,19 @@ def unary_libm(call: Call, *f64: Callable[[np.ndarray], np.ndarray]) -> list[Out
     def one(a: np.ndarray) -> Out:
         x = a.astype(_cdt(name))
         if len(f64) == 1 and x.dtype == np.float32:
-            # one function: its candidates are ordered, so the ends are the hull (no stack)
-            c = candidates(f64[0](x.astype(np.float64)))
-            lo, hi = c[0].astype(np.float64), c[-1].astype(np.float64)
-            return _hull(c[len(c) // 2], lo, hi, np.isnan(lo), np.False_, name, _LIBM)
+            # one function: the value everywhere, the hull (its candidates are ordered: the ends)
+            # only where the watcher asks, where torch's result differs from the value
+            flat = x.reshape(-1)
+            f = f64[0]
+
+            def bound(idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+                c = candidates(f(flat[idx].astype(np.float64)))
+                lo, hi = c[0].astype(np.float64), c[-1].astype(np.float64)
+                h = _hull(c[len(c) // 2], lo, hi, np.isnan(lo), np.asarray(False), name, _LIBM)
+                assert h.center is not None and h.err is not None
+                return h.center, np.broadcast_to(h.err, np.shape(h.center))
+
+            return lazy(to(f(x.astype(np.float64)).astype(np.float32), name), bound, _LIBM)
         ends: list[np.ndarray] = []  # the lowest and highest candidate of each function
         mid = None
         for f in f64:

@@ -212,7 +212,15 @@ def _shaped(o: Out, shape: tuple[int, ...] | None) -> Out:
         return o
     center = None if o.center is None else np.broadcast_to(o.center, shape)
     err = o.err if o.err is None or np.ndim(o.err) == 0 else np.broadcast_to(o.err, shape)
-    return Out(np.array(np.broadcast_to(o.value, shape)), o.exact, center, err, o.reason)
+    bound, inner = None, o.bound
+    if inner is not None:  # a lazy bound: map the broadcast output's flat indices back
+        src = np.broadcast_to(np.arange(o.value.size).reshape(o.value.shape), shape).reshape(-1)
+
+        def bound(idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            assert inner is not None
+            return inner(src[idx])
+
+    return Out(np.array(np.broadcast_to(o.value, shape)), o.exact, center, err, o.reason, bound)
 
 
 @register("aten.lerp.Scalar", "aten.lerp_.Scalar", "aten.lerp.Tensor", "aten.lerp_.Tensor")

@@ -60,14 +60,6 @@ def _address(a: np.ndarray) -> int:
     return int(a.__array_interface__["data"][0])
 
 
-def _at(a: Any, shape: tuple[int, ...], idx: np.ndarray) -> np.ndarray:
-    """Elements ``idx`` (flat) of ``a`` broadcast to ``shape``, as float64."""
-    arr = np.asarray(a)
-    if arr.shape == shape:
-        return np.asarray(arr.reshape(-1)[idx], np.float64)
-    return np.asarray(np.broadcast_to(arr, shape).reshape(-1)[idx], np.float64)
-
-
 def _is_float(a: np.ndarray) -> bool:
     return a.dtype.kind == "f" or a.dtype.name in FLOATS
 
@@ -119,15 +111,15 @@ def judge(t: np.ndarray, out: Out) -> Judged:
         "torch_value": float(tf[0]),
         "fpemu_value": float(vf[0]),
     }
-    if out.exact or not is_float or out.err is None:
+    bounds = None if out.exact or not is_float else out.bounds_at(idx)
+    if bounds is None:
         return Judged(
             "differs",
             cause="emulation claims exact" if out.exact else (out.reason or "no bound"),
             **base,
         )
     # only the differing elements are widened to float64 (most of a large output is identical)
-    center = _at(out.center if out.center is not None else v, t.shape, idx)
-    err = _at(out.err, t.shape, idx)
+    center, err = bounds
     # The kernel rounds its value to nearest (even), a monotone map: the admissible results are
     # exactly [RN(center - err), RN(center + err)]. The float64 ends carry one float64 rounding
     # each, covered by widening err by 2 ulps of float64.
