@@ -230,3 +230,30 @@ def test_layer_norm_buffer_scan_is_the_exact_loop(buf: str) -> None:
         t[1] = h + 2.0**-24 + 2.0**-60
         ours = _scan(t, 1, buf)
         assert ours[0, 0] == 1 + 2 * h == _scan_oracle(t, buf)[0, 0]
+
+
+@pytest.mark.parametrize("dt", [torch.bfloat16, torch.float16])
+def test_layer_norm_backward_16_bit_grad_input_bound_is_tight_and_catches(dt: torch.dtype) -> None:
+    """The 16-bit input gradient is bounded (computed where torch differs from the value): most
+    elements admit one value, so one ulp off there differs; a 1% error anywhere differs."""
+    rng = np.random.default_rng(11)
+    x = torch.from_numpy(rng.standard_normal((64, 96)).astype(np.float32)).to(dt)
+    w, b = torch.randn(96).to(dt), torch.randn(96).to(dt)
+    _, mean, rstd = LN(x, [96], w, b, 1e-5)
+    dy = torch.from_numpy(rng.standard_normal(x.shape).astype(np.float32)).to(dt)
+    outs, em = emulate(LNB, dy, x, [96], mean, rstd, w, b, [True, False, False])
+    t, e = to_numpy(outs[0]), em[0]
+    assert e is not None and not e.exact
+    assert judge(t, e).verdict in ("identical", "bounded")
+    bounds = e.bounds_at(np.arange(t.size))
+    assert bounds is not None
+    lo = np.asarray(to_numpy(torch.from_numpy(bounds[0] - bounds[1]).to(dt)), np.float64)
+    hi = np.asarray(to_numpy(torch.from_numpy(bounds[0] + bounds[1]).to(dt)), np.float64)
+    single = np.flatnonzero(lo == hi)
+    # the float32 bound (gamma_{N+2} of the row sums) is far below half a 16-bit ulp for most
+    # elements: a bound that had lost its tightness would admit two values nearly everywhere
+    assert single.size > t.size // 2
+    assert judge(one_ulp_off(t, int(single[single.size // 2])), e).verdict == "differs"
+    bad = t.astype(np.float32)
+    bad.reshape(-1)[7] *= 1.01
+    assert judge(bad.astype(t.dtype), e).verdict == "differs"
