@@ -50,6 +50,8 @@ def sum32(p: Any, c: Any) -> np.ndarray:
     c64 = np.asarray(c, np.float64)
     with np.errstate(invalid="ignore", over="ignore"):
         s = np.asarray(p + c64)
+        if s.ndim == 0:  # scalars: the same rule on a one-element array
+            return sum32(np.reshape(p, 1), np.reshape(c64, 1)).reshape(())
         bits = s.view(np.uint64)
         mag = bits & 0x7FFFFFFFFFFFFFFF
         # an exact zero (mag 0) is exact: a nonzero p + c cannot round to zero in float64

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from fpemu.validate.ops import Call, Emulation, Out, bounded, register
+from fpemu.validate.ops._fma import fma32
 from fpemu.validate.ops._num import LOW, to
 
 __all__ = ["K_LIBM", "by_bits", "candidates", "codes", "fma", "fma32", "hull_out", "monotone",
@@ -84,25 +85,6 @@ def codes(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     pos = np.zeros(1 << 16, np.intp)
     pos[keys] = np.arange(keys.size)
     return keys, pos[bits]
-
-
-def fma32(a: Any, b: Any, c: Any) -> np.ndarray:
-    """``a*b + c`` rounded once to float32 (the SIMD ``vfmadd``), for float32 arrays.
-
-    The product is exact in float64 (48 bits); the float64 sum is made round-to-odd (its TwoSum
-    error decides the sticky bit), and round-to-odd at 53 bits then RNE at 24 bits is the correct
-    rounding of the exact value.
-    """
-    p = np.asarray(a, np.float64) * np.asarray(b, np.float64)
-    cc = np.asarray(c, np.float64)
-    with np.errstate(invalid="ignore", over="ignore"):
-        s = p + cc
-        bv = s - p
-        err = (p - (s - bv)) + (cc - bv)
-        fix = np.isfinite(s) & (err != 0) & ((s.view(np.int64) & 1) == 0)
-        if fix.any():
-            s = np.where(fix, np.nextafter(s, np.where(err > 0, np.inf, -np.inf)), s)
-    return np.asarray(s.astype(np.float32))
 
 
 def fma(a: Any, b: Any, c: Any) -> np.ndarray:

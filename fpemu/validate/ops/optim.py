@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from fpemu.validate.ops import Call, Out, bounded, exact, register
+from fpemu.validate.ops._fma import fma32
 from fpemu.validate.ops._num import fmt, to
 
 __all__ = ["F32", "addcdiv32", "addcmul32", "arr", "fma32", "lerp32", "madd", "scalar32", "simd"]
@@ -44,38 +45,6 @@ _ZERO_SIGN = ("lerp's vector and scalar loops round a zero result to different s
 def simd(call: Call) -> bool:
     """Whether torch's kernels fuse multiply-adds under ``call.capability`` (avx2, avx512)."""
     return call.capability != "default"
-
-
-def fma32(a: Any, b: Any, c: Any) -> np.ndarray:
-    """Correctly rounded float32 ``a * b + c`` of float32 arrays (what ``vfmadd`` computes).
-
-    ``a * b`` is exact in float64, so the float64 sum is off the exact value by less than half
-    a float64 ulp; narrowing it to float32 rounds correctly unless it landed exactly on a
-    float32 midpoint (its low 29 bits ``1000...0``) or in float32's subnormal range. Only those
-    elements are redone: the sum made round-to-odd with the TwoSum error (53 >= 24 + 2 bits
-    makes the narrowing a single rounding).
-
-    >>> float(fma32(np.float32(3.0), np.float32(1 / 3), np.float32(-1.0)))
-    2.9802322387695312e-08
-    """
-    with np.errstate(invalid="ignore", over="ignore"):
-        s = np.multiply(a, b, dtype=np.float64)
-        s = np.asarray(np.add(s, c, dtype=np.float64))
-        r = np.asarray(s.astype(F32))
-        # float32 midpoints, and results below 2^-125 (subnormal, or rounded up out of them)
-        sus = ((s.view(np.int64) & 0x1FFFFFFF) == 0x10000000) | (
-            (r.view(np.uint32) & 0x7F000000) == 0
-        )
-        if sus.any():
-            ab, bb, cb = (np.broadcast_to(np.asarray(x), s.shape)[sus] for x in (a, b, c))
-            pb, cb = ab.astype(np.float64) * bb, cb.astype(np.float64)
-            sb = pb + cb  # TwoSum: err = (pb + cb) - sb exactly
-            pv = sb - cb
-            err = (cb - (sb - pv)) + (pb - pv)
-            fix = (err != 0) & np.isfinite(sb) & ((sb.view(np.int64) & 1) == 0)
-            sb = np.where(fix, np.nextafter(sb, np.where(err > 0, np.inf, -np.inf)), sb)
-            r[sus] = sb.astype(F32)
-        return r
 
 
 def madd(a: Any, b: Any, c: Any, *, fused: bool) -> np.ndarray:
