@@ -16,7 +16,6 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from fpemu.rounding import rne_bfloat16
 from fpemu.rounding import round as fround
 
 __all__ = ["FLOATS", "LOW", "dtype", "fmt", "is_float", "opmath", "to", "ulp"]
@@ -81,8 +80,9 @@ def opmath(a: Any) -> np.ndarray:
 def to(x: Any, name: str) -> np.ndarray:
     """Round ``x`` (float32 or float64) to the format ``name`` (RNE), stored in its dtype.
 
-    A float32 ``x`` rounded to bfloat16 takes the integer fast path; everything else is
-    :func:`fpemu.round`, correct rounding from the exact input value.
+    A float32 ``x`` rounded to bfloat16/float16 is ml_dtypes'/NumPy's cast (correctly rounded,
+    tested against :func:`fpemu.round`); everything else is :func:`fpemu.round`, correct
+    rounding from the exact input value.
     """
     arr = np.asarray(x)
     dt = dtype(name)
@@ -90,8 +90,13 @@ def to(x: Any, name: str) -> np.ndarray:
         return arr
     if name in ("float64", "float32") or not np.issubdtype(arr.dtype, np.floating):
         return arr.astype(dt)  # NumPy's float64 -> float32 cast rounds to nearest even
-    if name == "bfloat16" and arr.dtype == np.float32:
-        return rne_bfloat16(np.ascontiguousarray(arr)).reshape(arr.shape).astype(dt)
+    if name in LOW and arr.dtype == np.float32:
+        # ml_dtypes' and NumPy's float32 -> bfloat16/float16 casts round to nearest even from
+        # the exact value (tests/test_validate_fastpaths.py checks them against fpemu.round on
+        # every tie and its neighbours): one call instead of the integer or Fraction paths;
+        # overflow to inf is the rounding's result, not an error
+        with np.errstate(over="ignore", invalid="ignore"):
+            return arr.astype(dt)
     wide = arr.astype(np.float64) if arr.dtype != np.float64 else arr
     return np.asarray(fround(wide, name)).astype(dt)
 
