@@ -184,6 +184,11 @@ def test_fma32_against_exact_fractions() -> None:
     c = np.append(c, np.float32(sign * (1 + k * u)))
     got = fma32(a, b, c)
     assert got[300] == np.float32(1 + u)
+    # the large-array path (boundary cases found first) gives the same bits as the small one
+    reps = 17000 // a.size + 2
+    big = fma32(np.tile(a, reps), np.tile(b, reps), np.tile(c, reps))
+    assert big.size > 16384
+    assert np.array_equal(big.view(np.uint32), np.tile(got, reps).view(np.uint32))
     for x, y, z, r in zip(a, b, c, got, strict=True):
         exact_value = Fraction(float(x)) * Fraction(float(y)) + Fraction(float(z))
         # the float32 nearest to the exact value (ties to even) via float64 round-to-odd-free path

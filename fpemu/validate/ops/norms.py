@@ -92,8 +92,11 @@ def _chunk_welford(v: np.ndarray, counts: np.ndarray, fused: bool) -> tuple[Any,
         # float32: fmadd(c, delta, m1); bf16/fp16: fmadd(delta, c, m1) (same value)
         n1 = mad(delta, c, m1, fused=fused)
         n2 = mad(delta, (x - n1).astype(_F), m2, fused=fused)
-        m1 = np.where(act, n1, m1)
-        m2 = np.where(act, n2, m2)
+        if act.all():  # every chunk still has a vector j (all but a short last chunk)
+            m1, m2 = n1, n2
+        else:
+            m1 = np.where(act, n1, m1)
+            m2 = np.where(act, n2, m2)
     return m1, m2
 
 
@@ -129,8 +132,12 @@ def _row_moments(x: np.ndarray, low: bool, fused: bool, tail_fused: bool,
         body[:, : n * vec] = x[:, : n * vec]
         body4 = body.reshape(rows, m, _CHUNK, vec)
         counts = np.minimum(_CHUNK, n - _CHUNK * np.arange(m))
-        halves = [body4[..., :_LANES], body4[..., _LANES:]] if low else [body4]
-        parts = [_chunk_welford(h, counts, fused) for h in halves]
+        if low:  # both halves of each 16-element vector in one pass (rows stacked)
+            both = np.concatenate([body4[..., :_LANES], body4[..., _LANES:]], axis=0)
+            m1b, m2b = _chunk_welford(both, counts, fused)
+            parts = [(m1b[:rows], m2b[:rows]), (m1b[rows:], m2b[rows:])]
+        else:
+            parts = [_chunk_welford(body4, counts, fused)]
         for i in range(m):
             for m1c, m2c in parts:
                 _add_vec(int(counts[i]), m1c[:, i], m2c[:, i], stk[0], fused)
