@@ -41,20 +41,29 @@ def to_numpy(t: Any, *, copy: bool = False) -> np.ndarray:
 
     ``copy=True`` for a tensor an in-place op is about to overwrite.
     """
-    import torch  # noqa: PLC0415 - torch is optional; only the watcher calls this
-
     t = t.detach()
-    if t.device.type != "cpu":
+    if not t.is_cpu:
         t = t.cpu()
-    name = dtype_name(t.dtype)
     if t.is_conj() or t.is_neg():
         t = t.resolve_conj().resolve_neg()
-    if name in _VIEW:
-        a = t.view(getattr(torch, _VIEW[name])).numpy().view(np_dtype(name))
-    else:
-        a = t.numpy()
+    how = _HOW.get(t.dtype, _MISS)
+    if how is _MISS:
+        how = _HOW[t.dtype] = _how(t.dtype)
+    a = t.numpy() if how is None else t.view(how[0]).numpy().view(how[1])
     arr: np.ndarray = a.copy() if copy else a
     return arr
+
+
+#: torch dtype -> None (NumPy has it) or (torch dtype to view the bits as, NumPy dtype)
+_HOW: dict[Any, Any] = {}
+_MISS = object()
+
+
+def _how(dt: Any) -> Any:
+    import torch  # noqa: PLC0415 - torch is optional; only the watcher calls this
+
+    name = dtype_name(dt)
+    return (getattr(torch, _VIEW[name]), np_dtype(name)) if name in _VIEW else None
 
 
 def from_numpy(a: np.ndarray) -> Any:

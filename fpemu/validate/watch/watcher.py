@@ -45,6 +45,8 @@ _SKIP = frozenset(
 
 
 _MISSING = "no emulation of this ATen op in fpemu"
+#: ATen overload -> its name (``str`` of an overload formats it anew each time)
+_NAMES: dict[Any, str] = {}
 #: random-number ops: their values come from torch's generator, there is nothing to recompute
 _RANDOM = dict.fromkeys(
     (
@@ -157,7 +159,9 @@ class Watcher:
     # -- one op -----------------------------------------------------------------------------
     def dispatch(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """Run ``func`` for torch and judge its outputs (the dispatch mode's body)."""
-        name = str(func)
+        name = _NAMES.get(func)
+        if name is None:
+            name = _NAMES[func] = str(func)
         if self._internal or name in _SKIP or name.startswith(_SKIP_NS):
             return func(*args, **kwargs)
         t0 = time.perf_counter()
