@@ -22,7 +22,7 @@ import os
 
 import numpy as np
 
-from fpemu.validate.ops._fp import fma32
+from fpemu.validate.ops._fma import sum32
 
 __all__ = ["available", "bf16_flushes", "gelu_minimax"]
 
@@ -92,14 +92,15 @@ def gelu_minimax(x: np.ndarray) -> np.ndarray:
     """oneDNN's float32 GELU of float32 ``x`` (see the module doc), bit for bit."""
     x = np.asarray(x, np.float32)
     xp = np.abs(x)
-    bits = xp.view(np.int32).astype(np.int64) + _BIAS
-    bits = (bits + 2**31) % 2**32 - 2**31  # the int32 addition wraps
-    idx = np.clip(bits.astype(np.int32) >> 21, 1, 24)
-    idx = np.where(_RBOUND < xp, 23, idx)
+    # the int32 addition wraps, as NumPy's int32 array arithmetic does
+    bits = xp.view(np.int32) + np.int32(_BIAS)
+    idx = np.minimum(np.maximum(bits >> 21, 1), 24).astype(np.intp)
+    idx[_RBOUND < xp] = 23
+    xp64 = xp.astype(np.float64)  # the Horner products are exact in float64 (fma32's first step)
     with np.errstate(all="ignore"):
         pol = _POL[5][idx]
         for deg in (4, 3, 2, 1, 0):
-            pol = fma32(pol, xp, _POL[deg][idx])
+            pol = sum32(pol.astype(np.float64) * xp64, _POL[deg][idx])
         pol = np.where(np.signbit(x), -pol, pol).astype(np.float32)
         y = x * (pol + np.float32(1))
         return np.asarray(y * np.float32(0.5), np.float32)
