@@ -73,18 +73,12 @@ BAD: list[tuple[list[str], list[str]]] = [
     (["train", "--acc-model", "bogus"], ["--acc-model bogus", "sequential"]),
     (["train", "--seed", "-1"], ["--seed -1", "integer >= 0"]),
     # issue 25: a policy or a loss scaler with an FP8 recipe (both were dropped silently)
-    (
-        ["train", "--recipe", "te_delayed", "--policy", "torch_cuda_fp16"],
-        ["--policy torch_cuda_fp16", "not with --recipe te_delayed", "fp32"],
-    ),
-    (
-        ["train", "--recipe", "te_mxfp8", "--policy", "torch_bf16"],
-        ["--policy torch_bf16", "--recipe"],
-    ),
-    (
-        ["train", "--recipe", "te_delayed", "--scaler", "torch"],
-        ["--scaler torch", "not with --recipe te_delayed", "no loss scaler"],
-    ),
+    (["train", "--recipe", "te_delayed", "--policy", "torch_cuda_fp16"],
+     ["--policy torch_cuda_fp16", "not with --recipe te_delayed", "fp32"]),
+    (["train", "--recipe", "te_mxfp8", "--policy", "torch_bf16"],
+     ["--policy torch_bf16", "--recipe"]),
+    (["train", "--recipe", "te_delayed", "--scaler", "torch"],
+     ["--scaler torch", "not with --recipe te_delayed", "no loss scaler"]),
     # experiment
     (["experiment", "--config", "foo"], ["--config foo", "digits"]),
     (["experiment", "--steps", "x"], ["--steps x", "integer >= 1"]),
@@ -104,10 +98,8 @@ BAD: list[tuple[list[str], list[str]]] = [
     (["quant", "1,2,x"], ["1,2,x", "comma-separated numbers"]),
     (["quant", "1,2,3", "--rule", "bogus"], ["--rule bogus", "floor, ceil, even, rceil"]),
     # issue 25: the 2-D tile format is not one block (it was listed, then refused oddly)
-    (
-        ["quant", "1,2,3", "--block-format", "nvfp4_2d"],
-        ["--block-format nvfp4_2d", "2-D", "16x16 tile", "nvfp4"],
-    ),
+    (["quant", "1,2,3", "--block-format", "nvfp4_2d"],
+     ["--block-format nvfp4_2d", "2-D", "16x16 tile", "nvfp4"]),
     (["explain", "1,2", "-b", "nvfp4_2d"], ["--block-format nvfp4_2d", "2-D", "mxfp4"]),
     (["explain", "1,2", "--block-format", "foo"], ["--block-format foo", "mxfp4"]),
     (["explain", "1,x", "--block-format", "mxfp4"], ["1,x", "comma-separated numbers"]),
@@ -118,25 +110,17 @@ BAD: list[tuple[list[str], list[str]]] = [
     (["verify", "--chunks", "x"], ["--chunks x", "integer"]),
     # issue 25: --list takes no NAME (--filter GLOB selects), run flags are not list flags,
     # the results folder and the scheduler are checked before anything runs
-    (
-        ["verify", "--list", "add-fp16-rne"],
-        ["CAMPAIGN add-fp16-rne", "not with --list", "--filter 'add-fp16-rne*'"],
-    ),
+    (["verify", "--list", "add-fp16-rne"], ["CAMPAIGN add-fp16-rne", "not with --list",
+                                            "--filter 'add-fp16-rne*'"]),
     (["verify", "--list", "--json"], ["--json", "not with --list", "--filter"]),
     (["verify", "--list", "--filter", "nomatch*"], ["--filter nomatch*", "no campaign"]),
     (["verify", "sqrt-e4m3fn-rna", "--filter", "sqrt*"], ["--filter sqrt*", "only with --list"]),
-    (
-        ["verify", "sqrt-e4m3fn-rna", "--results", "/dev/null/r"],
-        ["--results /dev/null/r", "cannot create the folder"],
-    ),
-    (
-        ["verify", "sqrt-e4m3fn-rna", "--scheduler", "tcp://127.0.0.1:1"],
-        ["--scheduler tcp://127.0.0.1:1", "no scheduler answers there", "threads"],
-    ),
-    (
-        ["verify", "sqrt-e4m3fn-rna", "--scheduler", "tcp://nohost"],
-        ["--scheduler tcp://nohost", "expected an address"],
-    ),
+    (["verify", "sqrt-e4m3fn-rna", "--results", "/dev/null/r"],
+     ["--results /dev/null/r", "cannot create the folder"]),
+    (["verify", "sqrt-e4m3fn-rna", "--scheduler", "tcp://127.0.0.1:1"],
+     ["--scheduler tcp://127.0.0.1:1", "no scheduler answers there", "threads"]),
+    (["verify", "sqrt-e4m3fn-rna", "--scheduler", "tcp://nohost"],
+     ["--scheduler tcp://nohost", "expected an address"]),
     # emulate (settings are refused before the file is loaded or torch imported)
     (["emulate", "x.py:f", "--policy", "nope"], ["--policy nope", "torch_cuda_fp16"]),
     (["emulate-experiment", "--steps", "0"], ["--steps 0", "integer"]),
@@ -149,30 +133,20 @@ BAD: list[tuple[list[str], list[str]]] = [
     # flags, and the user's factory failing (syntax, an exception at import or when called)
     (["validate", "torch", "--json", "--markdown"], ["--json --markdown", "one report on"]),
     (["validate", "torch", "--json", "/no/such/r.json"], ["--json /no/such/r.json", "folder"]),
-    (
-        ["validate", "model", "{tmp}/ok.py:make", "--markdown", "/no/such/r.md"],
-        ["--markdown /no/such/r.md", "does not exist"],
-    ),
-    (
-        ["validate", "model", "{tmp}/ok.py:make", "--quick"],
-        ["--quick", "only for 'fpemu validate torch'"],
-    ),
+    (["validate", "model", "{tmp}/ok.py:make", "--markdown", "/no/such/r.md"],
+     ["--markdown /no/such/r.md", "does not exist"]),
+    (["validate", "model", "{tmp}/ok.py:make", "--quick"],
+     ["--quick", "only for 'fpemu validate torch'"]),
     (["validate", "torch", "--steps", "3"], ["--steps 3", "only for 'fpemu validate model'"]),
     (["validate", "torch", "--lockstep"], ["--lockstep", "only for 'fpemu validate model'"]),
     (["validate", "torch", "--autocast", "fp16"], ["--autocast fp16", "validate model"]),
     (["validate", "model", "{tmp}/ok.py:make", "--only", "casts"], ["--only casts", "torch"]),
-    (
-        ["validate", "model", "{tmp}/syntax.py:make"],
-        ["FILE.py:FACTORY", "syntax.py line 1", "invalid syntax"],
-    ),
-    (
-        ["validate", "model", "{tmp}/raises.py:make"],
-        ["raises.py:make", "the function raised RuntimeError: no data"],
-    ),
-    (
-        ["validate", "model", "{tmp}/badimport.py:make"],
-        ["badimport.py", "raised ModuleNotFoundError", "no_such_module_beside"],
-    ),
+    (["validate", "model", "{tmp}/syntax.py:make"],
+     ["FILE.py:FACTORY", "syntax.py line 1", "invalid syntax"]),
+    (["validate", "model", "{tmp}/raises.py:make"],
+     ["raises.py:make", "the function raised RuntimeError: no data"]),
+    (["validate", "model", "{tmp}/badimport.py:make"],
+     ["badimport.py", "raised ModuleNotFoundError", "no_such_module_beside"]),
 ]
 
 #: Files the validate cases above name as {tmp}/FILE.py (written by the fixture below).

@@ -400,8 +400,7 @@ def test_experiment_reproduce_command() -> None:
                 for c in exp.CONFIGS]  # fmt: skip
     assert exp.command(exp.ExperimentResult(300, 0, "fast", all_rows)) == exp.COMMAND
     assert exp.command(exp.ExperimentResult(300, 7, "sequential", [row]), "x.md") == (
-        "fpemu experiment --config digits --seed 7 --acc-model sequential --write x.md"
-    )
+        "fpemu experiment --config digits --seed 7 --acc-model sequential --write x.md")
 
 
 # ----- README and docs ---------------------------------------------------------------------------

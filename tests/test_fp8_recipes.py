@@ -369,10 +369,8 @@ def test_cli_train_recipe(capsys: pytest.CaptureFixture[str]) -> None:
     assert "--recipe te_fast: unknown recipe; accepted: fp8_noscale" in err
     assert all(n in err for n in ("te_blockwise", "deepseek_v3", "torchao_rowwise"))
     assert main(["train", "--recipe", "te_current", "--policy", "torch_cuda_bf16"]) == 2
-    assert (
-        "--policy torch_cuda_bf16: not with --recipe te_current (--recipe runs under fp32"
+    assert "--policy torch_cuda_bf16: not with --recipe te_current (--recipe runs under fp32" \
         in capsys.readouterr().err
-    )
 
 
 def test_mxfp8_equals_disabled_on_exact_data() -> None:

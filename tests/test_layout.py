@@ -187,10 +187,8 @@ def test_command_line_code_lives_in_cli_only() -> None:
                 offenders.append(m)
             if isinstance(node, ast.ImportFrom) and node.module == "argparse":
                 offenders.append(m)
-            if (
-                isinstance(node, ast.FunctionDef)
-                and node.name in ("configure", "run")
-                and (node.col_offset == 0)
+            if isinstance(node, ast.FunctionDef) and node.name in ("configure", "run") and (
+                node.col_offset == 0
             ):
                 offenders.append(f"{m}.{node.name}")
     assert not offenders, f"command-line code outside fpemu/cli: {sorted(set(offenders))}"

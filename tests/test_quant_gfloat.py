@@ -64,7 +64,7 @@ def test_ml_dtypes_element_casts_agree_on_every_scaled_value() -> None:
                      ("mxfp6_e2m3", ml_dtypes.float6_e2m3fn),
                      ("mxfp8_e4m3", ml_dtypes.float8_e4m3fn)):  # fmt: skip
         bf = get_block_format(name)
-        x = rng.standard_normal((4000, 32)) * np.exp(rng.standard_normal((4000, 1)) * 4)
+        x = (rng.standard_normal((4000, 32)) * np.exp(rng.standard_normal((4000, 1)) * 4))
         x = x.astype(np.float32)
         q = quantize(x, name, scale_rule="rceil")
         y = x.astype(np.float64) / np.repeat(q.scales, 32, axis=-1)

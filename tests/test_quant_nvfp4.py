@@ -41,7 +41,7 @@ def _ref(x: np.ndarray, order: str, tile_rows: int = 1) -> tuple[list[float], li
             s_b, inv, ts = ref.nvfp4_scales(float(amax[i, j]), g, order)
             scales.append(float(s_b))
             tensor = float(ts)
-            elems += [ref.e2m1_of_scaled(float(v), inv) for v in x[i, 16 * j : 16 * j + 16]]
+            elems += [ref.e2m1_of_scaled(float(v), inv) for v in x[i, 16 * j: 16 * j + 16]]
     return scales, elems, tensor
 
 

@@ -66,9 +66,7 @@ def test_from_torch_follows_the_real_graph() -> None:
     ops = [(n.op, n.source) for n in from_torch(Residual.make()).nodes]
     # two residual blocks (linear, relu, linear, add) and the head, traced through ModuleList
     assert [o for o, _ in ops] == ["input"] + ["linear", "relu", "linear", "add"] * 2 + [
-        "linear",
-        "identity",
-    ]
+        "linear", "identity"]
     assert ops[1][1] == "blocks.0.fc1 (torch.nn.Linear)"
 
 
@@ -84,10 +82,8 @@ def test_from_torch_forward_in_bf16_matches_torch_autocast() -> None:
 
 @pytest.mark.parametrize(
     ("module", "named"),
-    [
-        (nn.Sequential(nn.Linear(4, 4), nn.Conv1d(1, 1, 1)), "Conv1d"),
-        (nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4)), "BatchNorm1d"),
-    ],
+    [(nn.Sequential(nn.Linear(4, 4), nn.Conv1d(1, 1, 1)), "Conv1d"),
+     (nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4)), "BatchNorm1d")],
 )
 def test_unsupported_layer_is_named_with_what_is_supported(module: Any, named: str) -> None:
     with pytest.raises(ValueError, match=named) as err:
@@ -132,16 +128,14 @@ def test_from_torch_rejects_non_modules_and_float64() -> None:
 # -- compare_torch arguments ----------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("kw", "match"),
-    [
-        ({"loss": "hinge"}, "loss='hinge': accepted 'cross_entropy', 'mse'"),
-        ({"loss": nn.CrossEntropyLoss(label_smoothing=0.1)}, "accepted 'cross_entropy'"),
-        ({"loss": nn.L1Loss()}, "loss=L1Loss\\(\\): accepted"),
-        ({"optimizer": "rmsprop"}, "optimizer='rmsprop': accepted sgd, adam, adamw"),
-        ({"steps": 0}, "steps=0: accepted an int >= 1"),
-        ({"autocast": ("cuda", torch.float16)}, "autocast=.*accepted None or"),
-        ({"autocast": ("cpu", torch.float64)}, "autocast=.*accepted None or"),
-        ({"grad_scaler": {"init": 1.0}}, "unknown keys \\['init'\\]"),
-    ],
+    [({"loss": "hinge"}, "loss='hinge': accepted 'cross_entropy', 'mse'"),
+     ({"loss": nn.CrossEntropyLoss(label_smoothing=0.1)}, "accepted 'cross_entropy'"),
+     ({"loss": nn.L1Loss()}, "loss=L1Loss\\(\\): accepted"),
+     ({"optimizer": "rmsprop"}, "optimizer='rmsprop': accepted sgd, adam, adamw"),
+     ({"steps": 0}, "steps=0: accepted an int >= 1"),
+     ({"autocast": ("cuda", torch.float16)}, "autocast=.*accepted None or"),
+     ({"autocast": ("cpu", torch.float64)}, "autocast=.*accepted None or"),
+     ({"grad_scaler": {"init": 1.0}}, "unknown keys \\['init'\\]")],
 )
 def test_bad_arguments_name_the_argument(kw: dict[str, Any], match: str) -> None:
     x, y = _batch()
@@ -171,13 +165,8 @@ def test_compare_arrays_counts_and_first_difference() -> None:
     c = compare_arrays(a, b, "bfloat16", "bfloat16")
     # 2 + 2**-6 is one bfloat16 ulp (2**-6 at 2) above 2; -0 and +0 differ in bits, 0 ulps apart
     assert c["compared"] == 4 and c["identical"] == 2 and c["max_ulps"] == 1.0
-    assert c["first"] == {
-        "index": "(1,)",
-        "torch": "2.0",
-        "fpemu": "2.015625",
-        "torch_bits": "0x4000",
-        "fpemu_bits": "0x4001",
-    }
+    assert c["first"] == {"index": "(1,)", "torch": "2.0", "fpemu": "2.015625",
+                          "torch_bits": "0x4000", "fpemu_bits": "0x4001"}
     assert ulps(np.float32([np.inf]), np.float32([65504.0]), "float16").tolist() == [1.0]
     assert compare_arrays(a, a, "float32", "bfloat16")["identical"] == 0  # formats differ
 
@@ -284,7 +273,7 @@ def test_wrong_scaler_is_pinned_to_the_growth_step(monkeypatch: pytest.MonkeyPat
 
 
 # -- command line -------------------------------------------------------------------------------
-FACTORY = """
+FACTORY = '''
 import torch
 
 def make():
@@ -299,7 +288,7 @@ def options():
 
 def wrong():
     return 42
-"""
+'''
 
 
 def test_cli_validate_model_json(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
@@ -318,15 +307,13 @@ def test_cli_validate_model_json(tmp_path: Any, capsys: pytest.CaptureFixture[st
 
 @pytest.mark.parametrize(
     ("argv", "message"),
-    [
-        (["model", "{f}:make", "--autocast", "fp8"], "--autocast fp8: accepted bf16, fp16, off"),
-        (["model", "{f}:make", "--steps", "0"], "--steps 0: accepted an int >= 1"),
-        (["model", "{f}:make", "--scaler", "speed=2"], "--scaler speed=2: accepted off, default"),
-        (["model", "{f}:nope"], "has no function nope"),
-        (["model", "{f}:wrong"], "accepted (model, inputs, targets[, options])"),
-        (["model", "nofile.py:make"], "no file nofile.py"),
-        (["model"], "FILE.py:FACTORY (missing)"),
-    ],
+    [(["model", "{f}:make", "--autocast", "fp8"], "--autocast fp8: accepted bf16, fp16, off"),
+     (["model", "{f}:make", "--steps", "0"], "--steps 0: accepted an int >= 1"),
+     (["model", "{f}:make", "--scaler", "speed=2"], "--scaler speed=2: accepted off, default"),
+     (["model", "{f}:nope"], "has no function nope"),
+     (["model", "{f}:wrong"], "accepted (model, inputs, targets[, options])"),
+     (["model", "nofile.py:make"], "no file nofile.py"),
+     (["model"], "FILE.py:FACTORY (missing)")],
 )
 def test_cli_bad_arguments_are_one_line(tmp_path: Any, capsys: pytest.CaptureFixture[str],
                                         argv: list[str], message: str) -> None:  # fmt: skip
@@ -368,10 +355,7 @@ def test_audit_shows_a_wrong_policy_entry() -> None:
     r = _bf16_run(policy=bad, steps=1)
     relu = next(a for a in r.audit if a["aten op"] == "relu")
     assert (relu["torch output"], relu["fpemu output"], relu["verdict"]) == (
-        "bfloat16",
-        "float32",
-        "differ",
-    )
+        "bfloat16", "float32", "differ")
 
 
 def test_layer_norm_model_exact_with_two_threads() -> None:

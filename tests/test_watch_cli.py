@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-GOOD = """
+GOOD = '''
 import torch
 from torch import nn
 import torch.nn.functional as F
@@ -54,7 +54,7 @@ def step_raises():
     def step():
         raise RuntimeError("shapes")
     return step
-"""
+'''
 
 
 @pytest.fixture(scope="module")

@@ -37,19 +37,8 @@ def plain_relu_bf16_sgd() -> Entry:
 
     x, y = _data(1)
     m = _mlp(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 4))
-    return (
-        m,
-        x,
-        y,
-        {
-            "autocast": ("cpu", "bf16"),
-            "optimizer": "sgd",
-            "lr": 0.1,
-            "momentum": 0.9,
-            "weight_decay": 1e-3,
-            "steps": 3,
-        },
-    )
+    return m, x, y, {"autocast": ("cpu", "bf16"), "optimizer": "sgd", "lr": 0.1,
+                     "momentum": 0.9, "weight_decay": 1e-3, "steps": 3}
 
 
 class Residual:
@@ -83,30 +72,16 @@ class Residual:
 
 def residual_bf16_sgd() -> Entry:
     x, y = _data(2)
-    return (
-        Residual.make(),
-        x,
-        y,
-        {"autocast": ("cpu", "bf16"), "optimizer": "sgd", "lr": 0.05, "steps": 3},
-    )
+    return Residual.make(), x, y, {"autocast": ("cpu", "bf16"), "optimizer": "sgd", "lr": 0.05,
+                                   "steps": 3}
 
 
 def layernorm_bf16_adamw() -> Entry:
 
     x, y = _data(3)
     m = _mlp(nn.Linear(8, 16), nn.LayerNorm(16), nn.ReLU(), nn.Linear(16, 4))
-    return (
-        m,
-        x,
-        y,
-        {
-            "autocast": ("cpu", "bf16"),
-            "optimizer": "adamw",
-            "lr": 1e-2,
-            "weight_decay": 0.01,
-            "steps": 2,
-        },
-    )
+    return m, x, y, {"autocast": ("cpu", "bf16"), "optimizer": "adamw", "lr": 1e-2,
+                     "weight_decay": 0.01, "steps": 2}
 
 
 def gelu_erf_bf16_adam() -> Entry:
@@ -120,49 +95,23 @@ def gelu_tanh_fp16_scaler_sgd() -> Entry:
 
     x, y = _data(5)
     m = _mlp(nn.Linear(8, 16), nn.GELU(approximate="tanh"), nn.Linear(16, 4))
-    return (
-        m,
-        x,
-        y,
-        {
-            "autocast": ("cpu", "fp16"),
-            "optimizer": "sgd",
-            "lr": 0.1,
-            "grad_scaler": {"init_scale": 1024.0, "growth_interval": 2},
-            "steps": 3,
-        },
-    )
+    return m, x, y, {"autocast": ("cpu", "fp16"), "optimizer": "sgd", "lr": 0.1,
+                     "grad_scaler": {"init_scale": 1024.0, "growth_interval": 2}, "steps": 3}
 
 
 def silu_fp16_scaler_adamw() -> Entry:
 
     x, y = _data(6)
     m = _mlp(nn.Linear(8, 16), nn.SiLU(), nn.Linear(16, 4))
-    return (
-        m,
-        x,
-        y,
-        {
-            "autocast": ("cpu", "fp16"),
-            "optimizer": "adamw",
-            "lr": 1e-2,
-            "grad_scaler": {"init_scale": 256.0},
-            "steps": 2,
-        },
-    )
+    return m, x, y, {"autocast": ("cpu", "fp16"), "optimizer": "adamw", "lr": 1e-2,
+                     "grad_scaler": {"init_scale": 256.0}, "steps": 2}
 
 
 def dropout_tanh_sigmoid_fp32() -> Entry:
 
     x, y = _data(7)
-    m = _mlp(
-        nn.Linear(8, 16),
-        nn.Tanh(),
-        nn.Dropout(0.5),
-        nn.Linear(16, 16),
-        nn.Sigmoid(),
-        nn.Linear(16, 4),
-    )
+    m = _mlp(nn.Linear(8, 16), nn.Tanh(), nn.Dropout(0.5), nn.Linear(16, 16), nn.Sigmoid(),
+             nn.Linear(16, 4))
     return m, x, y, {"autocast": None, "optimizer": "sgd", "lr": 0.1, "steps": 2}
 
 
@@ -171,18 +120,8 @@ def fp16_overflow_skips() -> Entry:
 
     x, y = _data(8)
     m = _mlp(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
-    return (
-        m,
-        x,
-        y,
-        {
-            "autocast": ("cpu", "fp16"),
-            "optimizer": "sgd",
-            "lr": 0.1,
-            "grad_scaler": {"init_scale": 2.0**20, "growth_interval": 2},
-            "steps": 4,
-        },
-    )
+    return m, x, y, {"autocast": ("cpu", "fp16"), "optimizer": "sgd", "lr": 0.1,
+                     "grad_scaler": {"init_scale": 2.0**20, "growth_interval": 2}, "steps": 4}
 
 
 def log_softmax_head_bf16() -> Entry:
@@ -208,12 +147,8 @@ def functional_calls_bf16() -> Entry:
 
     torch.manual_seed(0)
     x, y = _data(10)
-    return (
-        Net(),
-        x.reshape(16, 2, 4),
-        y,
-        {"autocast": ("cpu", "bf16"), "optimizer": "sgd", "lr": 0.1, "steps": 2},
-    )
+    return Net(), x.reshape(16, 2, 4), y, {"autocast": ("cpu", "bf16"), "optimizer": "sgd",
+                                           "lr": 0.1, "steps": 2}
 
 
 def mse_regression_fp32_adam() -> Entry:
@@ -221,24 +156,16 @@ def mse_regression_fp32_adam() -> Entry:
     x, _ = _data(11)
     t = torch.randn(16, 2, generator=torch.Generator().manual_seed(12))
     m = _mlp(nn.Linear(8, 8), nn.Tanh(), nn.Linear(8, 2))
-    return m, x, t, {"loss": "mse", "autocast": None, "optimizer": "adam", "lr": 1e-2, "steps": 2}
+    return m, x, t, {"loss": "mse", "autocast": None, "optimizer": "adam", "lr": 1e-2,
+                     "steps": 2}
 
 
 ZOO: dict[str, Callable[[], Entry]] = {
     f.__name__: f
-    for f in (
-        plain_relu_bf16_sgd,
-        residual_bf16_sgd,
-        layernorm_bf16_adamw,
-        gelu_erf_bf16_adam,
-        gelu_tanh_fp16_scaler_sgd,
-        silu_fp16_scaler_adamw,
-        dropout_tanh_sigmoid_fp32,
-        fp16_overflow_skips,
-        log_softmax_head_bf16,
-        functional_calls_bf16,
-        mse_regression_fp32_adam,
-    )
+    for f in (plain_relu_bf16_sgd, residual_bf16_sgd, layernorm_bf16_adamw, gelu_erf_bf16_adam,
+              gelu_tanh_fp16_scaler_sgd, silu_fp16_scaler_adamw, dropout_tanh_sigmoid_fp32,
+              fp16_overflow_skips, log_softmax_head_bf16, functional_calls_bf16,
+              mse_regression_fp32_adam)
 }
 
 __all__ = ["ZOO", "np"]

@@ -32,14 +32,10 @@ def emulate(func: Any, *args: Any, **kwargs: Any) -> tuple[list[Any], list[Out |
     np_kwargs = tree_to_numpy(kwargs, copy_ids=ids)
     result = func(*args, **kwargs)
     outs = outputs(func, args, kwargs, result)
-    call = Call(
-        str(func),
-        tuple(np_args),
-        dict(np_kwargs),
-        tuple(dtype_name(t.dtype) for t in outs),
-        capability=capability(),
-        options={"outputs": [to_numpy(t) for t in outs], "num_threads": torch.get_num_threads()},
-    )
+    call = Call(str(func), tuple(np_args), dict(np_kwargs),
+                tuple(dtype_name(t.dtype) for t in outs), capability=capability(),
+                options={"outputs": [to_numpy(t) for t in outs],
+                         "num_threads": torch.get_num_threads()})
     emulated = list(emulation(call))
     assert len(emulated) == len(outs), (len(emulated), len(outs))
     return outs, emulated
