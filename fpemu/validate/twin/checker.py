@@ -1,4 +1,4 @@
-"""The checks of one ``compare_torch`` step, in execution order, and their causes.
+"""The checks of one ``compare_keras`` step, in execution order, and their causes.
 
 Every tensor of the step is compared bit for bit (``model_report.compare_arrays``); one that
 differs is explained by recomputing the op in fpemu **from torch's own inputs**: the forward op
