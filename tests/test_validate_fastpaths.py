@@ -223,7 +223,7 @@ def test_checker_caches_do_not_change_the_report(entry: str, monkeypatch: pytest
     def run() -> dict[str, Any]:
         keras.config.set_dtype_policy(entry)
         keras.utils.set_random_seed(0)
-        L = keras.layers  # noqa: N806
+        L = keras.layers
         model = keras.Sequential([keras.Input((8,)), L.Dense(16, activation="relu", name="fc1"),
                                   L.LayerNormalization(name="ln"),
                                   L.Dense(4, name="fc2")])  # fmt: skip
