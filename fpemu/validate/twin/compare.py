@@ -1,7 +1,7 @@
 """Train your PyTorch model under ``fpemu.watch`` and, beside it, its emulated twin.
 
-``compare_torch`` is built on the ATen op table that :func:`fpemu.watch` judges with and
-:func:`fpemu.emulate` computes with (:mod:`fpemu.validate.ops`), so it takes every model torch
+``compare_torch`` is built on the ATen op table that ``fpemu.watch`` judges with and
+``fpemu.emulate`` computes with (:mod:`fpemu.validate.ops`), so it takes every model torch
 can train on the CPU (convolutions, BatchNorm, attention by hand or by
 ``scaled_dot_product_attention``, embeddings, tied weights, custom autograd Functions, hooks,
 Dropout in train mode) with the user's own autocast and GradScaler.
@@ -10,7 +10,7 @@ Dropout in train mode) with the user's own autocast and GradScaler.
   (forward, backward, optimizer, scaler) is judged against the table's emulation computed from
   torch's own inputs: this *is* ``fpemu.watch`` around the steps, and each finding is local.
 * ``mode="independent"`` (the trajectory): the same, and a second deep copy, the twin, trains
-  the same steps on the same batches inside :func:`fpemu.emulate.as_torch.as_torch_cpu`, where
+  the same steps on the same batches inside ``fpemu.emulate.as_torch.as_torch_cpu``, where
   every op's value comes from the table (torch's own bits where the table claims exactness; the
   bounded ops' value, e.g. a float32 GEMM in another order, elsewhere). The report shows the
   drift per step: the two losses, and per parameter, gradient and floating buffer the elements
