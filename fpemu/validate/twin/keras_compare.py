@@ -7,15 +7,14 @@ one layer at a time so that every node of the fpemu twin (``from_keras``: a ``De
 ``matmul``, an ``add`` and its activation) has Keras's tensor and gradient beside it. Each layer
 is run with Keras's own ops under the layer's ``AutocastScope`` (what ``Layer.__call__`` sets up
 for a mixed policy) and its output is checked bit for bit against ``layer(x)`` itself, so the
-recording cannot drift from Keras. Dropout is the identity (the inference pass, as ``eval()`` in
-``compare_torch``).
+recording cannot drift from Keras. Dropout is the identity (the inference pass).
 
 The fpemu side runs ``KerasSGD`` (Keras 3's ``SGD`` as its torch backend runs it: fused
 ``add_`` with ``alpha=-lr``, a momentum buffer that starts at zero) and, under ``mixed_float16``,
 fpemu's
 ``KerasLossScaleOptimizer`` (Keras 3 rules: initial scale 2**15, doubling after
 ``dynamic_growth_steps`` finite steps, halving and skipping on inf/NaN, gradients divided by
-the scale). The checks and their causes are ``compare_torch``'s (``StepChecker``).
+the scale). The checks and their causes are ``StepChecker``'s.
 """
 
 from __future__ import annotations
