@@ -74,8 +74,6 @@ class TorchStep:
     scale: float = 1.0
     scale_after: float = 1.0
     tracker: int = 0
-    #: the scaler's growth tracker before the step (``tracker`` is after it)
-    tracker_before: int = 0
     skipped: bool = False
     #: ``grads`` are divided by ``scale`` (torch's ``unscale_`` always; Keras's
     #: LossScaleOptimizer only when every gradient is finite)
