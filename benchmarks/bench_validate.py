@@ -2,12 +2,11 @@
 20 torch steps alone (the baseline), measured in the same run.
 
 Rows: the baseline (torch CPU autocast bf16 + SGD, 20 steps: forward, cross-entropy, backward,
-step); ``compare_torch`` with the same settings (the torch steps with every activation and
-gradient recorded, the fpemu steps, and the bit-for-bit comparison of every tensor), in both
-modes (``independent``: fpemu trains its own copy; ``lockstep``: every op from torch's inputs);
-for bf16, the two sides' steps each alone (the floor of any comparison); and the same under
-fp16 autocast with a GradScaler. Ratios are median time / baseline median time;
-the target is <= 5x. On a shared machine pin the threads so the baseline is not distorted:
+step); ``compare_torch`` with the same settings in both modes (``lockstep``: torch's steps under
+``fpemu.watch``, every ATen op judged from torch's inputs; ``independent``: and the emulated
+twin's steps under ``fpemu.emulate.as_torch.as_torch_cpu``, with the drift of every tensor);
+the twin's steps alone; and the same under fp16 autocast with a GradScaler. Ratios are median
+time / baseline median time. On a shared machine pin the threads so the baseline is not distorted:
 ``OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/bench_validate.py [--repeats N]``.
 """
 
@@ -20,12 +19,8 @@ from typing import Any
 import torch
 from timing import median_time  # benchmarks/timing.py (this folder is on sys.path)
 
-from fpemu.amp.policy import autocast, get_policy
-from fpemu.nn import functional as fn
-from fpemu.nn.optim import SGD
-from fpemu.validate import compare_torch, from_torch
-from fpemu.validate.twin.compare import policy_for
-from fpemu.validate.twin.torch_run import TorchTrainer
+from fpemu.emulate.as_torch import as_torch_cpu
+from fpemu.validate import compare_torch
 
 WIDTH, BATCH, STEPS, FEATURES, CLASSES = 256, 256, 20, 256, 10
 
@@ -64,51 +59,24 @@ def torch_alone(dtype: Any, scaled: bool) -> Callable[[], None]:
 
 
 def compared(dtype: Any, scaled: bool, mode: str = "independent") -> Callable[[], None]:
-    """compare_torch with the same settings."""
+    """compare_torch with the same settings (lockstep: torch's steps under fpemu.watch;
+    independent: and the emulated twin's steps)."""
 
     def run() -> None:
         net, x, y = make()
         r = compare_torch(net, x, y, autocast=("cpu", dtype), steps=STEPS, lr=0.01,
-                          grad_scaler={} if scaled else None, mode=mode)  # fmt: skip
-        assert r.ok, r.first_unexplained()
+                          grad_scaler={} if scaled else None, mode=mode, audit=False)  # fmt: skip
+        assert r.ok, r.summary()
 
     return run
 
 
-def recorded(dtype: Any) -> Callable[[], None]:
-    """Part of the cost, alone: the torch steps with every tensor recorded (what
-    ``compare_torch`` runs on the torch side), no fpemu."""
+def twin_alone(dtype: Any, scaled: bool) -> Callable[[], None]:
+    """Part of the cost, alone: the twin's steps under as_torch_cpu (no watch)."""
 
     def run() -> None:
-        net, x, y = make()
-        hyper = {"lr": 0.01, "momentum": 0.0, "weight_decay": 0.0, "betas": (0.9, 0.999),
-                 "eps": 1e-8}  # fmt: skip
-        tr = TorchTrainer(net.eval(), loss="cross_entropy", optimizer="sgd", hyper=hyper,
-                          autocast=("cpu", dtype), grad_scaler=None)  # fmt: skip
-        xs, ys = x.numpy(), y.numpy()
-        for _ in range(STEPS):
-            tr.step(xs, ys)
-
-    return run
-
-
-def emulated(dtype: Any) -> Callable[[], None]:
-    """Part of the cost, alone: fpemu's own 20 steps under the matching policy (no torch, no
-    comparison)."""
-
-    def run() -> None:
-        net, x, y = make()
-        pol = get_policy(policy_for(("cpu", dtype)))
-        twin = from_torch(net.eval(), policy=pol)
-        opt = SGD(twin.parameters(), lr=0.01)
-        xs, ys = x.numpy(), y.numpy()
-        for _ in range(STEPS):
-            opt.zero_grad()
-            with autocast(pol):
-                out = twin(xs)
-                lv = fn.cross_entropy(out, ys)
-            lv.backward()
-            opt.step()
+        with as_torch_cpu():
+            torch_alone(dtype, scaled)()
 
     return run
 
@@ -129,11 +97,8 @@ def main() -> None:
         for mode in ("independent", "lockstep"):
             cmp = median_time(compared(dtype, scaled, mode), args.repeats)
             print(f"{'compare_torch, ' + name + ', ' + mode:44s} {cmp:8.3f} {cmp / base:6.2f}")
-        if not scaled:  # where the time goes: the two sides' steps, each alone
-            for label, part in (("  part: torch steps recorded", recorded(dtype)),
-                                ("  part: fpemu's emulated steps", emulated(dtype))):  # fmt: skip
-                t = median_time(part, args.repeats)
-                print(f"{label + ', ' + name:44s} {t:8.3f} {t / base:6.2f}")
+        t = median_time(twin_alone(dtype, scaled), args.repeats)  # where the time goes
+        print(f"{'  part: the twin alone, ' + name:44s} {t:8.3f} {t / base:6.2f}")
 
 
 if __name__ == "__main__":

@@ -148,7 +148,7 @@ def test_model_page_groups_rows_by_layer_and_by_step() -> None:
     assert "Loss scale" not in text  # no scaler ran
 
 
-def test_model_page_of_a_real_run_has_every_tensor() -> None:
+def test_twin_page_of_a_real_run_has_the_drift_and_the_verdicts() -> None:
     torch = pytest.importorskip("torch")
     from fpemu.validate import compare_torch  # noqa: PLC0415
 
@@ -156,20 +156,18 @@ def test_model_page_of_a_real_run_has_every_tensor() -> None:
     net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
     g = torch.Generator().manual_seed(1)
     x, y = torch.randn(8, 4, generator=g), torch.randint(0, 3, (8,), generator=g)
-    r = compare_torch(net, x, y, steps=2, autocast=("cpu", torch.float16),
-                      grad_scaler={"init_scale": 1024.0, "growth_interval": 1})  # fmt: skip
+    r = compare_torch(net, x, y, steps=2)  # float32: GEMMs in fpemu's order, the twin drifts
     p = check_page(r.to_html())
-    by_step = table_with(p, "kind", "tensor", "op", "format", "identical")
-    assert len(by_step) == 2 and sum(len(t.rows) for t in by_step) == len(r.checks)
-    assert [(row[0], row[1]) for row in by_step[0].rows] == [
-        (c.kind, c.name) for c in r.checks if c.step == 0
-    ]
-    (layers,) = table_with(p, "kind", "tensor", "op", "format", "step 0", "step 1")
-    assert len(layers.rows) == len({(c.kind, c.name) for c in r.checks})
-    (loss,) = table_with(p, "step", "loss torch", "loss fpemu", "loss difference", "scale")
-    assert [row[4] for row in loss.rows] == ["1024", "2048"]  # growth every step
-    if available():  # loss curves, loss scale, ulp grid
-        assert p.tags["svg"] == 3 and "Loss scale" in "".join(p.text)
+    (verdicts,) = table_with(p, "verdict", "ops")
+    assert {row[0]: int(row[1]) for row in verdicts.rows} == r.counts
+    (drift,) = table_with(p, "step", "kind", "tensor", "format", "differing", "max ulps")
+    moved = r.drifted()
+    assert moved and [row[2] for row in drift.rows] == [d["name"] for d in moved]
+    assert [row[4] for row in drift.rows] == [str(d["ndiff"]) for d in moved]
+    (audit,) = table_with(p, "phase", "op", "inputs", "outputs", "count")
+    assert len(audit.rows) == len(r.audit)
+    if available():  # the losses and the drift per step
+        assert p.tags["svg"] == 2
 
 
 # -- validate torch -----------------------------------------------------------------------------

@@ -1,9 +1,10 @@
 """``fpemu validate``: run PyTorch beside fpemu and report.
 
 ``fpemu validate torch`` runs the framework checks on this machine's install;
-``fpemu validate model FILE.py:FACTORY`` trains your own model side by side
-(:func:`fpemu.validate.compare_torch`). ``FACTORY`` is a function in ``FILE.py`` that takes no
-arguments and returns ``(model, inputs, targets)`` or ``(model, inputs, targets, options)``,
+``fpemu validate model FILE.py:FACTORY`` trains your own model under ``fpemu.watch`` beside its
+emulated twin (:func:`fpemu.validate.compare_torch`; a Keras model: ``compare_keras``).
+``FACTORY`` is a function in ``FILE.py`` that takes no arguments and returns
+``(model, inputs, targets)`` or ``(model, inputs, targets, options)``,
 ``options`` being a dict of :func:`~fpemu.validate.compare_torch` keyword arguments (the
 command-line flags given override it). ``FILE.py``'s folder is put first on ``sys.path``, as
 ``python FILE.py`` does, so modules beside it import.
@@ -14,8 +15,9 @@ stderr. Output folders, and the flags of the other subcommand, are refused befor
 runs; a factory that fails to import or raises, and torch refusing the model's data, are one
 line too (``fpemu --debug validate ...`` shows the traceback).
 
-Exit status: 0 when nothing differs (every difference explained, for ``model``), 1 when
-something does, 2 for bad arguments or when torch is not installed.
+Exit status: 0 when nothing differs (for ``model``: no op ``differs``, is ``policy`` or
+``not_emulated`` and no procedure finding; the twin's drift is information, not a finding), 1
+when something does, 2 for bad arguments or when torch is not installed.
 
 >>> import argparse
 >>> p = argparse.ArgumentParser(prog="fpemu validate")
@@ -56,9 +58,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     """Add the ``validate`` arguments to ``parser``."""
     parser.add_argument("framework", choices=["torch", "model", "step"],
                         help="torch: check fpemu against PyTorch CPU (plus Keras 3 when "
-                             "installed); model: train FILE.py:FACTORY's model side by "
-                             "side; step: judge every ATen op of FILE.py:FUNC's training "
-                             "step (fpemu.watch)")  # fmt: skip
+                             "installed); model: train FILE.py:FACTORY's model under "
+                             "fpemu.watch beside its emulated twin; step: judge every "
+                             "ATen op of FILE.py:FUNC's training step (fpemu.watch)")  # fmt: skip
     parser.add_argument("target", nargs="?", metavar="FILE.py:FACTORY",
                         help="(model) a file and a function returning (model, inputs, targets"
                              "[, options]); (step) a file and a function that sets up and "
@@ -101,9 +103,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--lr", type=float, default=None, help="(model) learning rate (0.01)")
     parser.add_argument("--lockstep", action="store_true",
-                        help="(model) every op of every step from torch's own inputs and state "
-                             "(each difference local; about half the time) instead of two "
-                             "independent runs")  # fmt: skip
+                        help="(model) only torch's run, every op judged from torch's own "
+                             "inputs (fpemu.watch), no emulated twin and no drift")  # fmt: skip
 
 
 def scaler_option(text: str) -> dict[str, Any] | None:

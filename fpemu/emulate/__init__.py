@@ -22,6 +22,10 @@ result is replaced by fpemu's emulation of that op (:mod:`fpemu.validate.ops`, t
 Ops with no emulation run as torch's kernel and are counted, never silently: ``em.summary()``.
 Tensors keep torch dtypes, so loops, GradScaler and logging work as on the GPU.
 
+:func:`fpemu.emulate.as_torch.as_torch_cpu` is the same replacement configured to reproduce
+torch's own CPU numerics instead (torch's autocast as the program sets it, no accumulation
+model, this CPU's capability and thread count): the twin of ``fpemu.validate.compare_torch``.
+
 >>> import torch, fpemu
 >>> lin = torch.nn.Linear(4, 3)
 >>> with fpemu.emulate(policy="torch_cuda_fp16", model="h100", autocast=True) as em:

@@ -59,9 +59,17 @@ _PASS = frozenset(
 class EmulateMode(TorchDispatchMode):  # type: ignore[misc,no-untyped-call]
     """Replaces each dispatched op's outputs by its emulation (see the module docstring)."""
 
-    def __init__(self, *, model: str, options: dict[str, Any], strict: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        model: str | None,
+        options: dict[str, Any],
+        strict: bool = False,
+        capability: str = CAPABILITY,
+    ) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         self.model = model
+        self.capability = capability  # fpemu.emulate.as_torch: this machine's, not CAPABILITY
         self.options = options
         self.strict = strict
         self.emulated: Counter[str] = Counter()
@@ -90,7 +98,7 @@ class EmulateMode(TorchDispatchMode):  # type: ignore[misc,no-untyped-call]
             tuple(np_args),
             dict(np_kwargs),
             tuple(dtype_name(t.dtype) for t in outs),
-            capability=CAPABILITY,
+            capability=self.capability,
             model=self.model,
             options={**self.options, "outputs": np_outs},
         )

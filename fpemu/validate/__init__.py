@@ -12,11 +12,11 @@ them, so this package imports without them. One subpackage per concern:
 
 * :func:`validate_torch` runs every check and returns a :class:`Report` (rich table, JSON,
   markdown); the command line is ``fpemu validate torch``.
-* ``from_torch`` brings your own PyTorch model into fpemu and ``compare_torch`` trains
-  it side by side with torch, comparing every tensor of every step bit for bit
-  (``ModelReport``), either as two independent runs or in lockstep (every op of every step
-  from torch's own inputs: ``fpemu.validate.twin.lockstep``); the command line is
-  ``fpemu validate model FILE.py:FACTORY``.
+* ``compare_torch`` trains your own PyTorch model under ``watch`` and, in its independent
+  mode, an emulated twin beside it (every op's value from the same op table), and reports
+  the watch's findings and the drift between the two runs (``TwinReport``); the command
+  line is ``fpemu validate model FILE.py:FACTORY``. ``from_torch`` converts a torch model
+  into an ``fpemu.nn`` graph module.
   ``from_keras`` does the conversion for a Keras 3 ``Sequential`` model and
   ``compare_keras`` trains it side by side with Keras (torch backend, mixed policies,
   ``LossScaleOptimizer``), with the same report.
@@ -38,6 +38,7 @@ from fpemu.validate.twin.from_keras import from_keras
 from fpemu.validate.twin.from_torch import from_torch
 from fpemu.validate.twin.keras_compare import compare_keras
 from fpemu.validate.twin.model_report import ModelReport, TensorCheck
+from fpemu.validate.twin.twin_report import TwinReport
 
 
 def __getattr__(name: str) -> object:
@@ -58,6 +59,7 @@ __all__ = [
     "ScalerRecorder",
     "TensorCheck",
     "TraceEntry",
+    "TwinReport",
     "check_trace",
     "compare_keras",
     "compare_torch",

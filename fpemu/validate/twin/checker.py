@@ -1,4 +1,4 @@
-"""The checks of one ``compare_torch`` step, in execution order, and their causes.
+"""The checks of one ``compare_keras`` step, in execution order, and their causes.
 
 Every tensor of the step is compared bit for bit (``model_report.compare_arrays``); one that
 differs is explained by recomputing the op in fpemu **from torch's own inputs**: the forward op
@@ -120,14 +120,6 @@ class StepChecker:
                 out.append(a)
         return out
 
-    def _compare_local(self, c: TensorCheck, tv: np.ndarray, lv: np.ndarray, lfmt: str,
-                       fv: Any) -> dict[str, Any]:  # fmt: skip
-        """``compare_arrays(tv, lv)``; when fpemu's side of ``c`` is that very recomputation
-        (``mode="lockstep"``), ``c``'s own counts."""
-        if fv is lv and lfmt == c.fpemu_format:
-            return {"compared": c.compared, "identical": c.identical, "max_ulps": c.max_ulps}
-        return compare_arrays(tv, lv, c.torch_format, lfmt)
-
     def explain_forward(self, c: TensorCheck, node: Any) -> None:
         if c.torch_format != c.fpemu_format:
             c.cause, c.explained = "format", False
@@ -139,8 +131,7 @@ class StepChecker:
         leaves, local = self._local_graph(node)
         args = [leaves.get(a, a) for a in node.args]
         tv = self.arr("acts", node.name)[0]
-        fa = self.f["acts"][node.name]
-        lc = self._compare_local(c, tv, np.asarray(local.data), local.fmt.name, fa.data)
+        lc = compare_arrays(tv, np.asarray(local.data), c.torch_format, local.fmt.name)
         c.local_ulps = lc["max_ulps"]
         if lc["identical"] == lc["compared"] and self.propagated(c):
             return
@@ -287,9 +278,7 @@ class StepChecker:
         unscale = self.t.scale if self.t.unscaled else 1.0  # parameter gradients' divisor
         if not scaled and unscale != 1:  # torch's unscale_: times float32(1/float64(s))
             g = (np.asarray(g, np.float32) * np.float32(1.0 / unscale)).astype(np.float32)
-        fa = self.f["acts"].get(ref.name) if isinstance(ref, Ref) else None
-        lc = self._compare_local(c, tv, np.asarray(g), c.torch_format,
-                                 getattr(fa, "grad", None))  # fmt: skip
+        lc = compare_arrays(tv, np.asarray(g), c.torch_format, c.torch_format)
         c.local_ulps = lc["max_ulps"]
         if lc["identical"] == lc["compared"]:
             c.cause, c.explained = "propagated", True

@@ -95,8 +95,8 @@ def from_torch(module: Any, *, policy: Policy | str = "fp32") -> GraphModule:
 
     Args:
         module: a ``torch.nn.Module`` (float32 parameters) whose ``forward`` takes one tensor.
-        policy: the fpemu policy the model runs under (``compare_torch`` derives it from the
-            autocast settings).
+        policy: the fpemu policy the model runs under (a preset such as
+            ``"torch_cpu_bf16"`` matches torch's CPU autocast).
 
     Raises:
         TypeError: ``module`` is not a torch.nn.Module, or a parameter is not float32.

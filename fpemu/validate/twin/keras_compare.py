@@ -1,5 +1,5 @@
 """Train your Keras 3 model and its fpemu twin side by side (torch backend), and compare every
-tensor bit for bit: ``compare_keras``, the Keras counterpart of ``compare_torch``.
+tensor bit for bit: ``compare_keras``, fpemu's own twin of a Keras model.
 
 The Keras side is Keras's own training step on the torch backend (``TorchTrainer.train_step``:
 forward, the ``Loss`` object, ``optimizer.scale_loss``, ``backward``, ``optimizer.apply``) run
@@ -7,15 +7,14 @@ one layer at a time so that every node of the fpemu twin (``from_keras``: a ``De
 ``matmul``, an ``add`` and its activation) has Keras's tensor and gradient beside it. Each layer
 is run with Keras's own ops under the layer's ``AutocastScope`` (what ``Layer.__call__`` sets up
 for a mixed policy) and its output is checked bit for bit against ``layer(x)`` itself, so the
-recording cannot drift from Keras. Dropout is the identity (the inference pass, as ``eval()`` in
-``compare_torch``).
+recording cannot drift from Keras. Dropout is the identity (the inference pass).
 
 The fpemu side runs ``KerasSGD`` (Keras 3's ``SGD`` as its torch backend runs it: fused
 ``add_`` with ``alpha=-lr``, a momentum buffer that starts at zero) and, under ``mixed_float16``,
 fpemu's
 ``KerasLossScaleOptimizer`` (Keras 3 rules: initial scale 2**15, doubling after
 ``dynamic_growth_steps`` finite steps, halving and skipping on inf/NaN, gradients divided by
-the scale). The checks and their causes are ``compare_torch``'s (``StepChecker``).
+the scale). The checks and their causes are ``StepChecker``'s.
 """
 
 from __future__ import annotations
@@ -26,16 +25,18 @@ from typing import Any
 
 import numpy as np
 
-from fpemu.amp.policy import Policy, get_policy
+from fpemu.amp.policy import Policy, autocast, get_policy
 from fpemu.amp.scaling import KerasLossScaleOptimizer, get_scaler
+from fpemu.nn.graph import GraphModule
 from fpemu.nn.optim import Optimizer
 from fpemu.nn.tensor import Tensor
 from fpemu.validate.frameworks.keras_checks import import_keras
-from fpemu.validate.twin.checker import StepChecker
+from fpemu.validate.twin.checker import StepChecker, loss_value
 from fpemu.validate.twin.from_keras import from_keras
 from fpemu.validate.twin.keras_ops import KerasAdam, KerasSGD
 from fpemu.validate.twin.model_report import ModelReport, native
 from fpemu.validate.twin.torch_run import TorchStep, to_np
+from fpemu.validate.twin.update_checks import apply_update
 
 #: Keras's ``SparseCategoricalCrossentropy(from_logits=True)`` and ``MeanSquaredError()``
 #: (fpemu's ``keras_mse``: Keras's float32 ops, not torch's ``mse_loss``)
@@ -206,9 +207,6 @@ def compare_keras(
     Raises:
         ValueError: a bad argument (named, with what is accepted), or an unsupported model.
     """
-    # shared with compare_torch: the batches and the twin's step
-    from fpemu.validate.twin.compare import _batches, _fpemu_step  # noqa: PLC0415
-
     if loss not in LOSSES:
         raise ValueError(f"loss={loss!r}: accepted {', '.join(LOSSES)}")
     if optimizer not in OPTIMIZERS:
@@ -266,6 +264,28 @@ def compare_keras(
                              "skipped_keras": t.skipped,
                              "skipped_fpemu": f["skipped"]})  # fmt: skip
     return report
+
+
+def _batches(v: Any, steps: int, arg: str) -> list[np.ndarray]:
+    items = list(v) if isinstance(v, (list, tuple)) else [v]
+    if not items:
+        raise ValueError(f"{arg} is empty; accepted: one batch or a list of batches")
+    return [to_np(items[i % len(items)]) for i in range(steps)]
+
+
+def _fpemu_step(twin: GraphModule, opt: Optimizer, scaler: Any, x: np.ndarray, y: np.ndarray,
+                loss: str, pol: Policy, **state_keys: str) -> dict[str, Any]:  # fmt: skip
+    """One fpemu training step of the twin; ``state_keys`` name the scaler's state fields for
+    :func:`apply_update` (Keras's: ``dynamic_scale``, ``step_counter``)."""
+    with np.errstate(all="ignore"):
+        opt.zero_grad()
+        out = twin(x)
+        with autocast(pol):
+            lv = loss_value(loss, out, y)
+        scale = scaler.get_scale()
+        scaler.scale(lv).backward()
+        done = apply_update(opt, scaler, **state_keys)
+    return {"acts": dict(twin.outputs), "loss": lv, "scale": scale, **done}
 
 
 def _optimizer(name: str, params: list[Tensor], hyper: Mapping[str, Any]) -> Optimizer:

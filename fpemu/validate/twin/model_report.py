@@ -1,11 +1,11 @@
-"""The report of ``fpemu.validate.compare_torch``: one ``TensorCheck`` per tensor, step by
+"""The report of ``fpemu.validate.compare_keras``: one ``TensorCheck`` per tensor, step by
 step and layer by layer, gathered in a ``ModelReport`` (rich table, JSON, markdown).
 
-A check compares torch's tensor with fpemu's bit for bit: elements compared, how many are
+A check compares the framework's tensor with fpemu's bit for bit: elements compared, how many are
 bit-identical, the largest distance in ulps of the tensor's format (steps between the two
 values' bit patterns made monotonic), and the first differing element as values and bits.
 A tensor that is not bit-identical carries a ``cause`` from ``CAUSES``, found by
-recomputing the op locally from torch's own inputs (see ``fpemu.validate.twin.compare``).
+recomputing the op locally from the framework's own inputs (``fpemu.validate.twin.checker``).
 
 >>> a = np.array([1.0, 2.0, 3.0], np.float32)
 >>> c = compare_arrays(a, a + np.float32([0, 0, 2**-22]), "float32", "float32")
@@ -241,9 +241,9 @@ class TensorCheck:
 
 @dataclass
 class ModelReport:
-    """Every ``TensorCheck`` of a ``fpemu.validate.compare_torch`` run, plus settings."""
+    """Every ``TensorCheck`` of a ``fpemu.validate.compare_keras`` run, plus settings."""
 
-    title: str = "compare_torch"
+    title: str = "compare_keras"
     settings: dict[str, Any] = field(default_factory=dict)
     checks: list[TensorCheck] = field(default_factory=list)
     audit: list[dict[str, str]] = field(default_factory=list)

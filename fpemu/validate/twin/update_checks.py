@@ -1,5 +1,5 @@
 """A step's update, after its gradients: applying it (``apply_update``, the scaler and the
-optimizer, shared by every fpemu side of ``compare_torch`` and ``compare_keras``), loading the
+optimizer, for the fpemu side of ``compare_keras``), loading the
 framework's state into an optimizer (``load_framework_state``), and the checks of the loss
 scaler's state and each updated parameter (``StepChecker.scaler_check`` and
 ``StepChecker.params`` delegate here).
