@@ -86,3 +86,38 @@ def test_registered() -> None:
 def test_capabilities() -> None:
     """The same claims hold under ATEN_CPU_CAPABILITY=default and avx2 (subprocesses)."""
     rerun(__file__)
+
+
+@pytest.mark.parametrize("name", ["float32", "bfloat16", "float16"])
+def test_vector_norm(name: str) -> None:
+    """``linalg_vector_norm`` (clip_grad_norm_'s total norm): ord +-inf and 0 exact, 1 and 2
+    within the float32 sum's bound, on whole tensors and along dims; a result 1% off differs."""
+    dt = getattr(torch, name)
+    x = (torch.randn(37, 53, dtype=torch.float64) * 3).to(dt)
+    op = aten.linalg_vector_norm.default
+    for o in (2, 1, float("inf"), float("-inf"), 0):
+        claim = "exact" if o in (float("inf"), float("-inf"), 0) else "bounded"
+        check(op, x, o, claim=claim)
+        check(op, x, o, [1], True, claim=claim)
+        check(op, x, o, [0], claim=claim)
+    check(op, x.to(torch.float32), 2, None, False, dtype=torch.float32, claim="bounded")
+    outs, em = emulate(op, x, 2)
+    bad = np.asarray(to_numpy(outs[0]).astype(np.float32) * np.float32(1.01)).astype(
+        to_numpy(outs[0]).dtype
+    )
+    assert judge(bad, em[0]).verdict == "differs"
+
+
+def test_clip_grad_norm_is_emulated() -> None:
+    """``clip_grad_norm_`` under watch: every op emulated, nothing differs."""
+    import fpemu  # noqa: PLC0415
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+    loss = net(torch.randn(4, 8)).square().mean()
+    loss.backward()
+    with fpemu.watch() as w:
+        torch.nn.utils.clip_grad_norm_(net.parameters(), 0.5)
+    r = w.report()
+    assert r.counts["not_emulated"] == 0 and r.counts["differs"] == 0, r.summary()
+    assert any(row["op"] == "aten.linalg_vector_norm.default" for row in r.rows)

@@ -28,7 +28,7 @@ from fpemu.validate.ops._fp import quiet
 from fpemu.validate.ops._iv import IV, iv_out
 from fpemu.validate.ops._num import dtype, is_float, to
 
-__all__ = ["amax", "maxmin_dim", "mean", "sum_"]
+__all__ = ["amax", "maxmin_dim", "mean", "sum_", "vector_norm"]
 
 _WHY = "float32 sum in an order not pinned: gamma_{K-1} * sum|x|"
 
@@ -156,3 +156,47 @@ def all_any(call: Call) -> list[Out | None]:
                                           ([dim] if isinstance(dim, int) else dim))  # fmt: skip
     f = np.all if call.op.startswith("aten.all") else np.any
     return [exact(np.asarray(f(x, axis=axes, keepdims=keep)))]
+
+
+@quiet("aten.linalg_vector_norm.default")
+def vector_norm(call: Call) -> list[Out | None]:
+    """``linalg_vector_norm(x, ord, dim, keepdim, dtype)`` (``clip_grad_norm_``'s total norm,
+    ``torch.norm``): ord +-inf exact (a maximum/minimum of magnitudes), ord 0 exact (a count),
+    ord 1 and 2 bounded. The kernel sums |x| or x*x in float32 opmath (float64 for float64) in
+    an order not pinned: each square rounds once and K terms add with K - 1 roundings, all
+    terms non-negative, so the sum is within gamma_K of the exact one relatively; the square
+    root halves that relative error and its own rounding to float32 is one more ulp before
+    the rounding to the output dtype (2**-23 relative). Other orders are not emulated
+    (ValueError: the watcher lists the op as not emulated).
+
+    >>> import numpy as np
+    >>> o = vector_norm(Call("aten.linalg_vector_norm.default", (np.float32([3, 4]),), {},
+    ...                      ("float32",)))[0]
+    >>> float(o.value), o.exact
+    (5.0, False)
+    """
+    x = call.args[0]
+    ord_ = float(call.arg(1, "ord", 2))
+    axes = _axes(x, call.arg(2, "dim", None))
+    keep = bool(call.arg(3, "keepdim", False))
+    name = call.out_dtypes[0]
+    a = np.abs(np.asarray(x, np.float64))
+    if ord_ in (np.inf, -np.inf):
+        r = _reduce(a, axes, keep, np.max if ord_ > 0 else np.min)
+        return [exact(to(np.asarray(r, np.float64), name))]
+    if ord_ == 0:
+        return [exact(to(_reduce((a != 0).astype(np.float64), axes, keep, np.sum), name))]
+    if ord_ not in (1.0, 2.0):
+        raise ValueError(f"ord={ord_!r}: not emulated; accepted 0, 1, 2, inf, -inf")
+    u = 2.0**-53 if x.dtype == np.float64 else 2.0**-24
+    k = int(np.prod([x.shape[i] for i in axes])) if x.ndim else 1
+    gamma = k * u / (1 - k * u) if k * u < 0.5 else np.inf
+    s = _reduce(a * a if ord_ == 2.0 else a, axes, keep, np.sum)
+    center = np.sqrt(s) if ord_ == 2.0 else s
+    # the float64 center's own pairwise-sum error (k 2**-52) and the float32 result's rounding
+    rel = gamma + k * 2.0**-52 + (2 * u if ord_ == 2.0 and name != "float64" else 0.0)
+    what = "sum of squares then sqrt" if ord_ == 2 else "sum of magnitudes"
+    why = (f"{what} of {k} terms in float32 in an order not pinned: relative error <= gamma_K "
+           "(+ the sqrt's ulp)")  # fmt: skip
+    return [bounded(to(np.asarray(center, np.float64), name), rel * np.asarray(center), why,
+                    center=np.asarray(center, np.float64))]  # fmt: skip
