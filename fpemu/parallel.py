@@ -140,12 +140,15 @@ def threads(n: int) -> Iterator[int]:
         _SETTING.reset(token)
 
 
-def tiles(size: int, *, cost: float, grain: float | None = None, align: int = 1) -> list[slice]:
+def tiles(
+    size: int, *, cost: float, grain: float | None = None, align: int = 1, count: int | None = None
+) -> list[slice]:
     """Split ``range(size)`` into one slice per thread when the work is worth it.
 
     ``cost``: work per item (about one unit per NumPy element operation); a tile gets at least
     ``grain`` units (default :data:`GRAIN`), and slice bounds are multiples of ``align``. One
-    slice when the call is small or runs inside a tile.
+    slice when the call is small or runs inside a tile. ``count``: at most this many slices
+    (default: :func:`num_threads`).
 
     >>> with threads(2):
     ...     tiles(10, cost=2.0**20)
@@ -156,7 +159,7 @@ def tiles(size: int, *, cost: float, grain: float | None = None, align: int = 1)
     grain = GRAIN if grain is None else grain
     if size * cost < 2 * grain or size <= align:  # checked first: small calls are the hot path
         return [slice(0, size)]
-    n = num_threads()
+    n = num_threads() if count is None or _IN_TILE.get() else count
     parts = int(min(n, size * cost // grain, -(-size // align)))
     if parts <= 1:
         return [slice(0, size)]
