@@ -196,15 +196,18 @@ def _drop(w: _Worker, *, kill: bool) -> None:
 
 def map_calls(fn: Any, name: str | None, calls: Sequence[tuple[tuple[Any, ...], dict[str, Any]]]
               ) -> list[Any] | None:  # fmt: skip
-    """``[fn(*args, **kwargs) for args, kwargs in calls]``, all but the first on workers.
+    """``[fn(*args, **kwargs) for args, kwargs in calls]`` on this process and the workers.
 
     ``name``: the registry name that gives ``fn`` in a fresh process (:func:`fpemu.get_model`),
     or None to send ``fn`` itself (a module-level function). Returns None when no worker is
-    ready (the caller uses threads). NumPy's error state goes with each call; warnings a
-    worker's call raised are raised again here; the first call (in order) that raised
-    re-raises here. Calls left over, and those of a worker that died, run here.
+    ready (the caller uses threads). The calls are taken in order by whoever is free (this
+    process, and one feeding thread per worker here), so a core that other work slows down
+    takes fewer. NumPy's error state goes with each call; warnings a worker's call raised are
+    raised again here; the first call (in order) that raised re-raises here, and no call is
+    started after one raised. The calls of a worker that died run here.
     """
     import pickle  # noqa: PLC0415
+    import warnings  # noqa: PLC0415
 
     import numpy as np  # noqa: PLC0415
 
@@ -213,47 +216,59 @@ def map_calls(fn: Any, name: str | None, calls: Sequence[tuple[tuple[Any, ...], 
     workers = _acquire(len(calls) - 1)
     if not workers:
         return None
+    ref, err = (fn if name is None else name), np.geterr()
     results: list[Any] = [None] * len(calls)
     errors: dict[int, BaseException] = {}
-    sent: dict[int, _Worker] = {}
-    try:
-        err = np.geterr()
-        for i, w in enumerate(workers, start=1):
-            args, kwargs = calls[i]
-            try:
-                msg = _pickle(("call", fn if name is None else name, args, kwargs, err))
-            except (pickle.PicklingError, TypeError, AttributeError):
-                continue  # run here instead
-            try:
-                _write(w.wfd, msg)
-                sent[i] = w
-            except OSError:
-                _drop(w, kill=True)
-        with parallel.blas_threads(1):
-            for i in [i for i in range(len(calls)) if i not in sent]:
-                results[i], exc = _here(fn, calls[i])
-                if exc is not None:
-                    errors[i] = exc
-            for i, w in list(sent.items()):
+    caught: dict[int, list[tuple[Any, str]]] = {}
+    lock, todo, stop = threading.Lock(), iter(range(len(calls))), threading.Event()
+
+    def take() -> int | None:
+        with lock:
+            return None if stop.is_set() or errors else next(todo, None)
+
+    def here(i: int) -> None:
+        results[i], exc = _here(fn, calls[i])
+        if exc is not None:
+            with lock:
+                errors[i] = exc
+
+    def feed(w: _Worker) -> None:
+        try:
+            while (i := take()) is not None:
                 try:
-                    reply = _recv(w.rfd)
-                except (OSError, EOFError):  # the worker died: this tile runs here
-                    del sent[i]
-                    _drop(w, kill=True)
-                    results[i], exc = _here(fn, calls[i])
-                    if exc is not None:
-                        errors[i] = exc
+                    msg = _pickle(("call", ref, *calls[i], err))
+                except (pickle.PicklingError, TypeError, AttributeError):
+                    here(i)  # cannot be sent: computed here
                     continue
-                del sent[i]
-                _unpack(reply, i, results, errors)
+                try:
+                    _write(w.wfd, msg)
+                    kind, value, caught[i] = _recv(w.rfd)
+                except (OSError, EOFError):  # the worker died: its call runs here
+                    _drop(w, kill=True)
+                    here(i)
+                    return
+                if kind == "ok":
+                    results[i] = value
+                else:
+                    value.add_note("(raised in an fpemu worker process)")
+                    with lock:
+                        errors[i] = value
+        finally:
+            w.busy.release()
+
+    feeders = [parallel._pool().submit(feed, w) for w in workers]
+    try:
+        with parallel.blas_threads(1):
+            while (i := take()) is not None:
+                here(i)
     except BaseException:
-        for w in sent.values():  # interrupted: their replies would answer the next call
-            _drop(w, kill=True)
+        stop.set()  # the feeders finish the calls their workers have, then stop
         raise
-    finally:
-        for w in workers:
-            if w.busy.locked():
-                w.busy.release()
+    for f in feeders:
+        f.result()
+    for i in sorted(caught):
+        for category, message in caught[i]:
+            warnings.warn(message, category, stacklevel=2)
     if errors:
         raise errors[min(errors)]
     return results
@@ -270,19 +285,6 @@ def _here(fn: Any, call: tuple[tuple[Any, ...], dict[str, Any]]) -> tuple[Any, E
         return None, exc
     finally:
         parallel._IN_TILE.reset(token)
-
-
-def _unpack(reply: Any, i: int, results: list[Any], errors: dict[int, BaseException]) -> None:
-    import warnings  # noqa: PLC0415
-
-    kind, value, caught = reply
-    for category, message in caught:
-        warnings.warn(message, category, stacklevel=4)
-    if kind == "ok":
-        results[i] = value
-    else:
-        value.add_note("(raised in an fpemu worker process)")
-        errors[i] = value
 
 
 # -- messages: a pickle with its array buffers out of band --------------------------------------

@@ -128,7 +128,9 @@ def _on_processes(fn: Model, a: Any, b: Any, c: Any, kwargs: dict[str, Any], axi
         return None  # another model took the name later: a fresh process would not find fn
     if name is None and getattr(fn, "__qualname__", "<").count("<"):
         return None  # a closure or lambda: it cannot be sent
-    parts = parallel.tiles(size, cost=per_item, count=count, grain=procpool.GRAIN)
+    # Up to 4 tiles per process, taken by whoever is free: a core slowed by other work
+    # takes fewer (each tile is still worth GRAIN: sending it costs about a millisecond).
+    parts = parallel.tiles(size, cost=per_item, count=4 * count, grain=procpool.GRAIN)
     if len(parts) == 1:
         return None
 
