@@ -7,7 +7,10 @@ call run in parallel on threads: :func:`fpemu.round` splits its array, :func:`fp
 exactly the code and in exactly the order that computes it alone (every output element of those
 models depends on its own row, column and addend only), so results are bit-identical for every
 thread count. Calls that draw random numbers (stochastic rounding with ``rng``) stay on one
-thread: the draws are made in a fixed order.
+thread: the draws are made in a fixed order. The tiles of a large matmul (each worth
+:data:`fpemu.procpool.GRAIN`) go to worker processes instead of threads where that is
+allowed (:mod:`fpemu.procpool`): the kernels are many short NumPy calls, and on threads each
+call must take the GIL back; the count set here bounds them too, and the bits are the same.
 
 The thread count is, in order: the innermost :func:`threads` block, the ``FPEMU_NUM_THREADS``
 environment variable, the cores this process may run on (``os.sched_getaffinity``). Work
@@ -43,8 +46,9 @@ T = TypeVar("T")
 ENV = "FPEMU_NUM_THREADS"
 #: Largest thread count accepted (a pool far beyond the cores only adds switching).
 MAX_THREADS = 256
-#: Least work per tile, in units of about one NumPy element operation (about a millisecond:
-#: handing a tile to the pool costs tens of microseconds). Tests lower it to split small calls.
+#: Least work per tile, in units of about one NumPy element operation (about half a
+#: millisecond: handing a tile to the pool costs tens of microseconds). Tests lower it to split
+#: small calls.
 GRAIN = 2.0**20
 
 _SETTING: contextvars.ContextVar[int | None] = contextvars.ContextVar("fpemu_threads", default=None)
