@@ -133,3 +133,26 @@ def test_exact_input_skip_agrees_with_round(fmt: str) -> None:
         assert _exact_float64(x, f) == want, (fmt, v)
     assert _exact_float64(grid.reshape(20, 30), f) == checked  # a whole array on the grid
     assert not _exact_float64(np.append(grid, 1 + 2.0 ** -(f.mbits + 1)), f)  # one value off
+
+
+@pytest.mark.parametrize("where", [0, 40_000, 3 * 32768 + 6])
+@pytest.mark.parametrize("bad", [2.0**-25, 3 * 2.0**-25, 65520.0, np.inf, np.nan, 1 + 2.0**-11])
+def test_exact_input_skip_in_every_chunk(where: int, bad: float) -> None:
+    """The check runs in cache-sized chunks: a value off the fp16 grid is found in any chunk,
+    zeros and subnormals on the grid pass, a strided view agrees. Oracle: NumPy's float16
+    cast (RNE), which returns a float64 value unchanged exactly when it is an fp16 value."""
+    h = get_format("fp16")
+    rng = np.random.default_rng(8)
+    n = 3 * 32768 + 8  # not a multiple of the chunk
+    x = rng.standard_normal(n) * np.exp2(rng.integers(-26, 14, n))
+    x[rng.random(n) < 0.2] = 0.0
+    x = x.astype(np.float16).astype(np.float64)  # on the grid: subnormals, zeros, +-0
+    assert bool((np.abs(x[x != 0]) < h.tiny).any())
+    assert _exact_float64(x, h) and _exact_float64(x[::-3], h)
+    x[where] = bad
+    with np.errstate(over="ignore", invalid="ignore"):
+        oracle = bool((x.astype(np.float16).astype(np.float64).view(np.uint64)
+                       == x.view(np.uint64)).all())  # fmt: skip
+    assert not oracle or not np.isfinite(bad)  # an infinity or NaN is refused: "round it"
+    assert not _exact_float64(x, h)
+    assert not _exact_float64(x.reshape(8, -1)[:, ::-1], h)  # not contiguous
