@@ -69,25 +69,29 @@ class _Worker:
         code = "import sys, json; sys.path[:] = json.loads(sys.argv[1]); " + (
             "from fpemu.procpool import _serve; _serve()"
         )
+        path = json.dumps([root, *(p for p in sys.path if isinstance(p, str))])
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", code, json.dumps([root, *sys.path])],
+            [sys.executable, "-c", code, path],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0, env=env, close_fds=True,
         )  # fmt: skip
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self.wfd, self.rfd = self.proc.stdin.fileno(), self.proc.stdout.fileno()
         self.ready = False
         self.busy = threading.Lock()
+        self._polling = threading.Lock()  # one reader of the "ready" message
 
     def poll_ready(self, timeout: float) -> bool:
         """Whether the worker has said it is ready (waiting up to ``timeout`` seconds)."""
         import select  # noqa: PLC0415
 
-        if not self.ready and self.proc.poll() is None:
-            if select.select([self.rfd], [], [], timeout)[0]:
-                try:
+        if not self.ready and self.proc.poll() is None and self._polling.acquire(timeout=timeout):
+            try:
+                if not self.ready and select.select([self.rfd], [], [], timeout)[0]:
                     self.ready = _recv(self.rfd) == "ready"
-                except (OSError, EOFError):
-                    self.ready = False
+            except (OSError, EOFError):
+                self.ready = False
+            finally:
+                self._polling.release()
         return self.ready and self.proc.poll() is None
 
     def stop(self, *, kill: bool = False) -> None:
