@@ -45,6 +45,8 @@ _BY_NAME: dict[str, Any] = {}
 _COST_PER_PRODUCT = 4.0
 #: Options holding arrays shaped by rows and columns: such calls split their batch axis only.
 _SHAPED_OPTIONS = ("scale_a", "scale_b")
+#: Most tiles per process on worker processes (:func:`_on_processes`).
+_PER_PROCESS = 2
 
 
 def tileable(fn: Model, name: str | None = None) -> Model:
@@ -128,9 +130,9 @@ def _on_processes(fn: Model, a: Any, b: Any, c: Any, kwargs: dict[str, Any], axi
         return None  # another model took the name later: a fresh process would not find fn
     if name is None and getattr(fn, "__qualname__", "<").count("<"):
         return None  # a closure or lambda: it cannot be sent
-    # Up to 4 tiles per process, taken by whoever is free: a core slowed by other work
+    # Up to 2 tiles per process, taken by whoever is free: a core slowed by other work
     # takes fewer (each tile is still worth GRAIN: sending it costs about a millisecond).
-    parts = parallel.tiles(size, cost=per_item, count=4 * count, grain=procpool.GRAIN)
+    parts = parallel.tiles(size, cost=per_item, count=_PER_PROCESS * count, grain=procpool.GRAIN)
     if len(parts) == 1:
         return None
 
