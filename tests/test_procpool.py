@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -127,15 +128,25 @@ def test_worker_does_not_split_again() -> None:
     assert got is not None and [int(x) for x in got] == [1, 1, 1]
 
 
-def test_first_failing_call_raises_with_a_note() -> None:
+def test_first_failing_call_raises_with_a_note(monkeypatch: pytest.MonkeyPatch) -> None:
     good, bad = np.eye(3), -np.eye(3)  # Cholesky of a negative definite matrix fails
     calls = [((good,), {}), ((bad,), {}), ((bad * 2,), {})]
+    here = procpool._here
+
+    def late(fn: Any, call: Any) -> Any:
+        time.sleep(0.5)  # this process starts late: the workers take calls 1 and 2
+        return here(fn, call)
+
+    monkeypatch.setattr(procpool, "_here", late)
     with fpemu.threads(3), pytest.raises(np.linalg.LinAlgError) as info:
         procpool.map_calls(np.linalg.cholesky, None, calls)
     assert "worker process" in "".join(getattr(info.value, "__notes__", []))
+    monkeypatch.setattr(procpool, "_here", here)
     with fpemu.threads(3):  # the workers still answer in step
         got = procpool.map_calls(np.linalg.cholesky, None, [((good,), {})] * 3)
     assert got is not None and all(np.array_equal(g, good) for g in got)
+    with fpemu.threads(3), pytest.raises(np.linalg.LinAlgError):  # wherever they run
+        procpool.map_calls(np.linalg.cholesky, None, calls[::-1])
 
 
 def test_error_state_and_warnings_come_back() -> None:
@@ -148,18 +159,37 @@ def test_error_state_and_warnings_come_back() -> None:
     assert got is not None and bool(np.isneginf(got[1]).all())
 
 
-def test_a_dead_worker_is_replaced_and_its_tile_runs_here(workers: list[bool]) -> None:
+def test_a_worker_dying_mid_call_is_replaced_and_its_call_runs_here(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    victim = procpool._WORKERS[0].proc
+    here, dropped = procpool._here, []
+    real_drop = procpool._drop
+
+    def kill_then_run(fn: Any, call: Any) -> Any:
+        if victim.poll() is None:
+            time.sleep(0.2)  # the workers have taken their calls (each sleeps 1 s)
+            victim.kill()
+        return here(fn, call)
+
+    def drop(w: Any, *, kill: bool) -> None:
+        dropped.append(w.proc)
+        real_drop(w, kill=kill)
+
+    monkeypatch.setattr(procpool, "_here", kill_then_run)
+    monkeypatch.setattr(procpool, "_drop", drop)
+    with fpemu.threads(3):
+        got = procpool.map_calls(time.sleep, None, [((1.0,), {})] * 3)
+    assert got is not None and len(got) == 3 and dropped == [victim]
+    monkeypatch.setattr(procpool, "_here", here)
     rng = np.random.default_rng(5)
     a, b = values(rng, (30, 40), "fp16"), values(rng, (40, 9), "fp16")
     with fpemu.threads(1):
         want = fpemu.matmul(a, b, fmt="fp16", model="h100")
-    victim = procpool._WORKERS[0].proc
-    victim.kill()
-    victim.wait()
-    for _ in range(2):  # the call after the death, then one with a fresh worker
+    for _ in range(2):  # with one worker, then with a fresh one too
         with fpemu.threads(3):
             assert same_bits(fpemu.matmul(a, b, fmt="fp16", model="h100"), want)
-    assert procpool.start(2, timeout=120) == 2
+        assert procpool.start(2, timeout=120) == 2
     assert all(w.proc is not victim for w in procpool._WORKERS)
 
 
