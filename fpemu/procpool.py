@@ -5,17 +5,18 @@ NumPy releases Python's lock inside each call, but on threads every call must ta
 back, and where handing it over costs as much as a call (a virtual machine's cross-core
 wake-ups) two threads are no faster than one (docs/scaling.md). Worker *processes* have their
 own interpreter each: :func:`fpemu.linalg.tiles.run_model` sends the tiles of a large call
-(:data:`GRAIN`) to them, computes one tile itself, and puts the pieces back where they belong.
-Each tile is the same model call on the same slices, so the bits are the threads' bits.
+(:data:`GRAIN`) to them, computes tiles itself too, and puts the pieces back where they
+belong. Each tile is the same model call on the same slices, so the bits are the threads'.
 
 The workers are plain ``python -c`` subprocesses running :func:`_serve` (not
 ``multiprocessing``: a forked child of a threaded process may deadlock, and spawned
 ``multiprocessing`` children re-run the user's main script), started on first use, one fewer
 than the cores, kept for later calls, and stopped at exit (a worker also stops when its input
 pipe closes, so none outlives its parent). Messages are pickles with their array buffers sent
-out of band. A call uses the workers that are ready and idle; the tiles left over, a worker
-that died, or a call from a worker or from a ``multiprocessing`` child (a Dask worker)
-run in this process instead. ``FPEMU_PROCESSES=0`` turns workers off (threads only).
+out of band. A call uses the workers that are ready and idle (none ready: threads); the tile
+of a worker that died runs in this process; calls from a worker or from a ``multiprocessing``
+child (a Dask worker) use threads. ``FPEMU_PROCESSES=0`` turns workers off (threads only), and
+so do three workers that exited before they were ready (no interpreter to run them).
 
 >>> import numpy as np, fpemu
 >>> from fpemu import procpool

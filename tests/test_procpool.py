@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import shutil
+import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -133,11 +135,11 @@ def test_first_failing_call_raises_with_a_note(monkeypatch: pytest.MonkeyPatch) 
     calls = [((good,), {}), ((bad,), {}), ((bad * 2,), {})]
     here = procpool._here
 
-    def late(fn: Any, call: Any) -> Any:
-        time.sleep(0.5)  # this process starts late: the workers take calls 1 and 2
-        return here(fn, call)
+    def fine_here(fn: Any, call: Any) -> Any:
+        time.sleep(0.2)  # slow here, and never failing: every error comes from a worker
+        return good, None
 
-    monkeypatch.setattr(procpool, "_here", late)
+    monkeypatch.setattr(procpool, "_here", fine_here)
     with fpemu.threads(3), pytest.raises(np.linalg.LinAlgError) as info:
         procpool.map_calls(np.linalg.cholesky, None, calls)
     assert "worker process" in "".join(getattr(info.value, "__notes__", []))
@@ -145,8 +147,11 @@ def test_first_failing_call_raises_with_a_note(monkeypatch: pytest.MonkeyPatch) 
     with fpemu.threads(3):  # the workers still answer in step
         got = procpool.map_calls(np.linalg.cholesky, None, [((good,), {})] * 3)
     assert got is not None and all(np.array_equal(g, good) for g in got)
-    with fpemu.threads(3), pytest.raises(np.linalg.LinAlgError):  # wherever they run
-        procpool.map_calls(np.linalg.cholesky, None, calls[::-1])
+    text = np.array([["a", "b"], ["c", "d"]])  # a TypeError
+    mixed = [((good,), {}), ((text,), {}), ((bad,), {}), ((good,), {})]
+    for order, first in ((mixed, TypeError), (mixed[::-1], np.linalg.LinAlgError)):
+        with fpemu.threads(3), pytest.raises(first):  # the first in order, wherever it ran
+            procpool.map_calls(np.linalg.cholesky, None, order)
 
 
 def test_error_state_and_warnings_come_back() -> None:
@@ -213,3 +218,21 @@ def test_multiprocessing_children_use_threads() -> None:
     assert procpool.enabled()
     with multiprocessing.get_context("fork").Pool(1) as pool:
         assert pool.apply_async(_child_enabled).get(timeout=120) is False
+
+
+def test_workers_that_cannot_start_are_given_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    procpool.shutdown()
+    monkeypatch.setattr(procpool, "_FAILED", 0)
+    monkeypatch.setattr(sys, "executable", shutil.which("false"))  # exits at once
+    for _ in range(200):  # each start finds the one before exited (once it is reaped)
+        if not procpool.enabled():
+            break
+        assert procpool.start(1, timeout=30) == 0
+        time.sleep(0.02)
+    assert procpool._FAILED == procpool._MAX_FAILED  # exited before they were ready
+    assert not procpool.enabled()  # threads only from now on
+    a = np.ones((40, 30))
+    with fpemu.threads(2):
+        got = fpemu.matmul(a, a.T, fmt="fp16", model="h100")
+    assert bool((got == 30).all())
+    procpool.shutdown()
