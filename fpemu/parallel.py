@@ -122,8 +122,9 @@ def num_threads() -> int:
 def threads(n: int) -> Iterator[int]:
     """Run fpemu calls made in this block (in this thread or task) on ``n`` threads.
 
-    Blocks nest; the innermost wins. ``n`` bounds the tiles computed at once; results do not
-    depend on it.
+    Blocks nest; the innermost wins. ``n`` bounds the tiles computed at once (the tiles of a
+    large matmul: by this process and up to ``n - 1`` worker processes, at most one per core,
+    :mod:`fpemu.procpool`); results do not depend on it.
 
     Raises:
         TypeError: ``n`` is not an int. ValueError: ``n`` is not in 1..256.
