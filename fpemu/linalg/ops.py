@@ -151,7 +151,9 @@ def matmul(
     B = np_.broadcast_to(_round_input(B, b, fb, keep32=keep32), (*batch, K, N))
     C = None
     if c is not None:
-        C = fround(_operand("c", c, allow_0d=True), fa)
+        # rounded to acc (skipped where already exact, as for the inputs; a fresh or
+        # read-only array either way: broadcast_to below makes it read-only)
+        C = _round_input(_operand("c", c, allow_0d=True), c, fa, keep32=False)
         C = C[..., None] if vec_b and C.ndim else C
         try:
             C = np_.broadcast_to(C, (*batch, M, N))
