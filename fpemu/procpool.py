@@ -23,7 +23,7 @@ so do three workers that exited before they were ready (no interpreter to run th
 >>> procpool.start(1, timeout=120) <= 1  # 0 where workers are off (or one core)
 True
 >>> with fpemu.threads(2):  # np.add(3, 4) on a worker; None where none is ready
-...     out = procpool.map_calls(np.add, None, [((1, 2), {}), ((3, 4), {})])
+...     out = procpool.map_calls(np.add, [((1, 2), {}), ((3, 4), {})])
 >>> out is None or [int(x) for x in out] == [3, 7]
 True
 """
@@ -199,12 +199,13 @@ def _drop(w: _Worker, *, kill: bool) -> None:
     w.stop(kill=kill)
 
 
-def map_calls(fn: Any, name: str | None, calls: Sequence[tuple[tuple[Any, ...], dict[str, Any]]]
-              ) -> list[Any] | None:  # fmt: skip
+def map_calls(fn: Any, calls: Sequence[tuple[tuple[Any, ...], dict[str, Any]]], *,
+              recipe: tuple[Any, ...] | None = None) -> list[Any] | None:  # fmt: skip
     """``[fn(*args, **kwargs) for args, kwargs in calls]`` on this process and the workers.
 
-    ``name``: the registry name that gives ``fn`` in a fresh process (:func:`fpemu.get_model`),
-    or None to send ``fn`` itself (a module-level function). Returns None when no worker is
+    ``fn`` is sent to the workers by reference (a module-level function), or ``recipe``:
+    ``(factory, *args)``, a module-level ``factory`` whose ``factory(*args)`` is ``fn`` in a
+    fresh process (a registered model looked up by name). Returns None when no worker is
     ready (the caller uses threads). The calls are taken in order by whoever is free (this
     process, and one feeding thread per worker here), so a core that other work slows down
     takes fewer. NumPy's error state goes with each call; warnings a worker's call raised are
@@ -221,7 +222,7 @@ def map_calls(fn: Any, name: str | None, calls: Sequence[tuple[tuple[Any, ...], 
     workers = _acquire(len(calls) - 1)
     if not workers:
         return None
-    ref, err = (fn if name is None else name), np.geterr()
+    ref, err = (fn if recipe is None else recipe), np.geterr()
     results: list[Any] = [None] * len(calls)
     errors: dict[int, BaseException] = {}
     caught: dict[int, list[tuple[Any, str]]] = {}
@@ -333,7 +334,10 @@ def _recv(fd: int) -> Any:
 
 
 def _serve() -> None:
-    """A worker's loop: read a call, run it, write the reply, until the input closes."""
+    """A worker's loop: read a call, run it, write the reply, until the input closes.
+
+    Importing this module imported the package first (``fpemu/__init__.py``), so every
+    built-in model is registered before the first call arrives."""
     global _IN_WORKER
     _IN_WORKER = True
     out = os.dup(1)
@@ -342,8 +346,6 @@ def _serve() -> None:
 
     import numpy as np  # noqa: PLC0415
 
-    import fpemu  # noqa: PLC0415 - registers every model
-
     _write(out, _pickle("ready"))
     while True:
         try:
@@ -351,7 +353,7 @@ def _serve() -> None:
         except EOFError:
             return
         try:
-            fn = fpemu.get_model(ref) if isinstance(ref, str) else ref
+            fn = ref[0](*ref[1:]) if isinstance(ref, tuple) else ref
             with np.errstate(**err), warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
                 value = np.asarray(fn(*args, **kwargs))

@@ -121,12 +121,12 @@ def test_processes_off_by_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(procpool.ENV, "0")
     assert not procpool.enabled()
     with fpemu.threads(2):
-        assert procpool.map_calls(np.add, None, [((1, 2), {}), ((3, 4), {})]) is None
+        assert procpool.map_calls(np.add, [((1, 2), {}), ((3, 4), {})]) is None
 
 
 def test_worker_does_not_split_again() -> None:
     with fpemu.threads(3):
-        got = procpool.map_calls(parallel.num_threads, None, [((), {})] * 3)
+        got = procpool.map_calls(parallel.num_threads, [((), {})] * 3)
     assert got is not None and [int(x) for x in got] == [1, 1, 1]
 
 
@@ -141,26 +141,26 @@ def test_first_failing_call_raises_with_a_note(monkeypatch: pytest.MonkeyPatch) 
 
     monkeypatch.setattr(procpool, "_here", fine_here)
     with fpemu.threads(3), pytest.raises(np.linalg.LinAlgError) as info:
-        procpool.map_calls(np.linalg.cholesky, None, calls)
+        procpool.map_calls(np.linalg.cholesky, calls)
     assert "worker process" in "".join(getattr(info.value, "__notes__", []))
     monkeypatch.setattr(procpool, "_here", here)
     with fpemu.threads(3):  # the workers still answer in step
-        got = procpool.map_calls(np.linalg.cholesky, None, [((good,), {})] * 3)
+        got = procpool.map_calls(np.linalg.cholesky, [((good,), {})] * 3)
     assert got is not None and all(np.array_equal(g, good) for g in got)
     text = np.array([["a", "b"], ["c", "d"]])  # a TypeError
     mixed = [((good,), {}), ((text,), {}), ((bad,), {}), ((good,), {})]
     for order, first in ((mixed, TypeError), (mixed[::-1], np.linalg.LinAlgError)):
         with fpemu.threads(3), pytest.raises(first):  # the first in order, wherever it ran
-            procpool.map_calls(np.linalg.cholesky, None, order)
+            procpool.map_calls(np.linalg.cholesky, order)
 
 
 def test_error_state_and_warnings_come_back() -> None:
     zero = np.zeros(3)
     calls = [((np.ones(3),), {}), ((zero,), {})]
     with fpemu.threads(2), np.errstate(divide="raise"), pytest.raises(FloatingPointError):
-        procpool.map_calls(np.log, None, calls)
+        procpool.map_calls(np.log, calls)
     with fpemu.threads(2), np.errstate(divide="warn"), pytest.warns(RuntimeWarning):
-        got = procpool.map_calls(np.log, None, calls)
+        got = procpool.map_calls(np.log, calls)
     assert got is not None and bool(np.isneginf(got[1]).all())
 
 
@@ -184,7 +184,7 @@ def test_a_worker_dying_mid_call_is_replaced_and_its_call_runs_here(
     monkeypatch.setattr(procpool, "_here", kill_then_run)
     monkeypatch.setattr(procpool, "_drop", drop)
     with fpemu.threads(3):
-        got = procpool.map_calls(time.sleep, None, [((1.0,), {})] * 3)
+        got = procpool.map_calls(time.sleep, [((1.0,), {})] * 3)
     assert got is not None and len(got) == 3 and dropped == [victim]
     monkeypatch.setattr(procpool, "_here", here)
     rng = np.random.default_rng(5)

@@ -33,7 +33,7 @@ import numpy as np
 
 from fpemu import parallel
 from fpemu.backend import xp
-from fpemu.linalg.registry import Model
+from fpemu.linalg.registry import Model, get_model
 
 _TILEABLE: weakref.WeakSet[Any] = weakref.WeakSet()
 #: The registry name that gives a tileable model in a fresh ``import fpemu`` (worker processes
@@ -113,6 +113,16 @@ def run_model(fn: Model, a: Any, b: Any, c: Any, **kwargs: Any) -> Any:
     return np.concatenate(pieces, axis=where)
 
 
+def _registered(name: str) -> Model:
+    """The model registered as ``name`` when fpemu is imported (in a worker process, which
+    imported the whole package before it runs anything).
+
+    >>> _registered("h100") is get_model("h100")
+    True
+    """
+    return get_model(name)
+
+
 def _on_processes(fn: Model, a: Any, b: Any, c: Any, kwargs: dict[str, Any], axis: int,
                   size: int, per_item: float) -> list[Any] | None:  # fmt: skip
     """The output tiles computed on worker processes (:mod:`fpemu.procpool`), or None.
@@ -143,5 +153,6 @@ def _on_processes(fn: Model, a: Any, b: Any, c: Any, kwargs: dict[str, Any], axi
             return (a[..., s, :], b, None if c is None else c[..., s, :]), kwargs
         return (a, b[..., s], None if c is None else c[..., s]), kwargs
 
-    pieces = procpool.map_calls(fn, name, [call(s) for s in parts])
+    recipe = None if name is None else (_registered, name)
+    pieces = procpool.map_calls(fn, [call(s) for s in parts], recipe=recipe)
     return None if pieces is None else [np.asarray(p) for p in pieces]
