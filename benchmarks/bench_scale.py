@@ -6,15 +6,17 @@ Four tables, every ratio measured in this run:
    one. On a VM whose two vCPUs share one physical core's load/store ports (SMT siblings),
    streaming loops such as ``np.multiply`` do not scale while ``np.sin`` does: fpemu's kernels
    are streaming loops, so that row bounds what threads can give there.
-1. Thread scaling (``fpemu.threads``: 1, 2, all cores): a 512^3 h100 matmul (fp16 inputs),
-   ``fpemu.round`` of 10^7 float64 values to fp16, and a training step (forward, backward and
-   SGD update of an MLP whose matmuls accumulate with the h100 model). Each result is compared
-   bit for bit with the one-thread result.
+1. Thread scaling (``fpemu.threads``: 1, 2, all cores): a 512^3 h100 matmul (fp16 inputs;
+   its tiles go to worker processes, :mod:`fpemu.procpool`), the same matmul with workers off
+   (``FPEMU_PROCESSES=0``: tiles on threads), ``fpemu.round`` of 10^7 float64 values to fp16,
+   and a training step (forward, backward and SGD update of an MLP whose matmuls accumulate
+   with the h100 model). Medians and bests of interleaved runs; each result is compared bit
+   for bit with the one-thread result. The workers' one-time start is timed first.
 2. Dask: the same matmul and round on a ``distributed.LocalCluster`` (2 worker processes, one
    thread each) against the in-process call on all cores, bits compared (medians).
 3. A batch of 10^5 K=16 fp16 dot products through the public ``fpemu.matmul(a[:, None, :],
    b[:, :, None], c=..., model="h100")`` against ``fpemu.tensorcore.mma.dpa`` on the same
-   rows, ns per product, at one thread and at all cores (best of interleaved runs); the last
+   rows, ns per product, at one thread and at all cores (medians of interleaved runs); the last
    column times the route these batches took before (one tiny matrix per dot product).
 
 The machine's load (``os.getloadavg``) is printed before and after: on a shared machine a
@@ -22,14 +24,16 @@ load above the core count means the threads compete with other work and the spee
 (running the script with a higher priority, ``nice -n -15`` in a session whose autogroup is
 raised too, makes it take the cores first).
 
-Run: python benchmarks/bench_scale.py [--repeats 5] [--no-dask]
+Run: OMP_NUM_THREADS=1 python benchmarks/bench_scale.py [--repeats 7] [--no-dask] [--only 1,3]
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib
 import os
+import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -41,9 +45,9 @@ sys.path.insert(0, os.path.dirname(__file__))
 from timing import best_time, median_time
 
 import fpemu
+from fpemu import procpool
 from fpemu.nn import functional
 from fpemu.nn.optim import SGD
-from fpemu.tensorcore import rows
 from fpemu.tensorcore.mma import dpa
 
 
@@ -80,8 +84,17 @@ def workloads() -> dict[str, Callable[[], Any]]:
         opt.step()
         return [np.asarray(p.data) for p in m.parameters()]
 
+    def on_threads() -> Any:
+        """The matmul with worker processes off: its tiles on threads."""
+        os.environ[procpool.ENV] = "0"
+        try:
+            return fpemu.matmul(a, b, fmt="fp16", model="h100")
+        finally:
+            del os.environ[procpool.ENV]
+
     return {
         "matmul 512^3 h100": lambda: fpemu.matmul(a, b, fmt="fp16", model="h100"),
+        "  same, threads only": on_threads,
         "round 1e7 -> fp16": lambda: fpemu.round(x, "fp16"),
         "train step (h100 acc)": step,
     }
@@ -114,23 +127,30 @@ def hardware_scaling() -> None:
 def thread_scaling(repeats: int) -> None:
     cores = len(os.sched_getaffinity(0))
     counts = sorted({1, 2, cores})
-    print(
-        f"\n1. Threads: best of {repeats} runs, the thread counts interleaved run by run (so "
-        "that they meet the same machine load); speedup = time at 1 thread / time at n"
-    )
-    print(f"{'workload':24} {'threads':>7} {'seconds':>9} {'speedup':>8} {'bits = 1 thread':>16}")
+    t0 = time.perf_counter()
+    ready = procpool.start(timeout=120)
+    print(f"\n1. Threads: {ready} worker process(es) started and ready in "
+          f"{time.perf_counter() - t0:.2f} s (once per process). Median (and best) of {repeats} "
+          "runs, the thread counts interleaved run by run (so that they meet the same machine "
+          "load); speedup = time at 1 thread / time at n")  # fmt: skip
+    print(f"{'workload':24} {'threads':>7} {'median s':>9} {'speedup':>8} {'best s':>7} "
+          f"{'speedup':>8} {'bits = 1 thread':>16}")  # fmt: skip
     for name, fn in workloads().items():
-        results, best = {}, dict.fromkeys(counts, float("inf"))
+        results: dict[int, Any] = {}
+        times: dict[int, list[float]] = {n: [] for n in counts}
         for n in counts:  # warm-up, and the results to compare
             with fpemu.threads(n):
                 results[n] = fn()
         for _ in range(repeats):
             for n in counts:
                 with fpemu.threads(n):
-                    best[n] = min(best[n], best_time(fn, 1))
+                    times[n].append(best_time(fn, 1))
+        med = {n: statistics.median(t) for n, t in times.items()}
+        best = {n: min(t) for n, t in times.items()}
         for n in counts:
             eq = same(results[n], results[1])
-            print(f"{name:24} {n:>7} {best[n]:>9.3f} {best[1] / best[n]:>7.2f}x {eq!s:>16}")
+            print(f"{name:24} {n:>7} {med[n]:>9.3f} {med[1] / med[n]:>7.2f}x {best[n]:>7.3f} "
+                  f"{best[1] / best[n]:>7.2f}x {eq!s:>16}")  # fmt: skip
 
 
 def dask_vs_in_process(repeats: int) -> None:
@@ -197,36 +217,47 @@ def batched_dots(repeats: int) -> None:
         return dpa(a, b, c, instruction="sm90.wgmma.f16.f32")
 
     print(f"\n3. 10^5 K=16 fp16 dot products (float64 arrays of fp16 values), ns per product, "
-          f"best of {repeats} interleaved runs")  # fmt: skip
-    print(f"{'threads':>7} {'fpemu.matmul':>12} {'dpa':>7} {'matmul/dpa':>10} {'bits equal':>10} "
-          f"{'tiny-matrix route/dpa':>21}")  # fmt: skip
-    real = rows.dot_batch
+          f"medians of {repeats} interleaved runs (ratio of bests in brackets)")  # fmt: skip
+    print(f"{'threads':>7} {'fpemu.matmul':>12} {'dpa':>7} {'matmul/dpa':>10} {'(best)':>7} "
+          f"{'bits equal':>10} {'tiny-matrix route/dpa':>21}")  # fmt: skip
+    # tensor_core_matmul calls the dot_batch its module imported: that name is replaced
+    arch = importlib.import_module("fpemu.tensorcore.arch")
+    real = arch.dot_batch
     for n in sorted({1, len(os.sched_getaffinity(0))}):
         with fpemu.threads(n):
             eq = same(np.asarray(pub(), dtype=np.float64)[:, 0, 0], direct())
-            tp = td = told = float("inf")
+            tp: list[float] = []
+            td: list[float] = []
+            told: list[float] = []
             for _ in range(repeats):
-                tp, td = min(tp, best_time(pub, 1)), min(td, best_time(direct, 1))
-                rows.dot_batch = lambda *args, **kw: None  # the route before: tiny matrices
+                tp.append(best_time(pub, 1))
+                td.append(best_time(direct, 1))
+                arch.dot_batch = lambda *args, **kw: None  # the route before: tiny matrices
                 try:
-                    told = min(told, best_time(pub, 1))
+                    told.append(best_time(pub, 1))
                 finally:
-                    rows.dot_batch = real
-        tp, td, told = (t / (B * K) * 1e9 for t in (tp, td, told))
-        print(f"{n:>7} {tp:>12.1f} {td:>7.1f} {tp / td:>9.2f}x {eq!s:>10} {told / td:>20.2f}x")
+                    arch.dot_batch = real
+        mp, md, mo = (statistics.median(t) / (B * K) * 1e9 for t in (tp, td, told))
+        print(f"{n:>7} {mp:>12.1f} {md:>7.1f} {mp / md:>9.2f}x {min(tp) / min(td):>6.2f}x "
+              f"{eq!s:>10} {mo / md:>20.2f}x")  # fmt: skip
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--no-dask", action="store_true", help="skip the LocalCluster table")
+    ap.add_argument("--only", default="0,1,2,3", help="tables to run, e.g. 1,3")
     args = ap.parse_args()
+    only = {int(x) for x in args.only.split(",")}
     print(f"before: {load()}")
-    hardware_scaling()
-    thread_scaling(args.repeats)
-    if not args.no_dask:
+    if 0 in only:
+        hardware_scaling()
+    if 1 in only:
+        thread_scaling(args.repeats)
+    if 2 in only and not args.no_dask:
         dask_vs_in_process(args.repeats)
-    batched_dots(args.repeats)
+    if 3 in only:
+        batched_dots(args.repeats)
     print(f"\nafter: {load()}")
 
 

@@ -7,7 +7,10 @@ call run in parallel on threads: :func:`fpemu.round` splits its array, :func:`fp
 exactly the code and in exactly the order that computes it alone (every output element of those
 models depends on its own row, column and addend only), so results are bit-identical for every
 thread count. Calls that draw random numbers (stochastic rounding with ``rng``) stay on one
-thread: the draws are made in a fixed order.
+thread: the draws are made in a fixed order. The tiles of a large matmul (each worth
+:data:`fpemu.procpool.GRAIN`) go to worker processes instead of threads where that is
+allowed (:mod:`fpemu.procpool`): the kernels are many short NumPy calls, and on threads each
+call must take the GIL back; the count set here bounds them too, and the bits are the same.
 
 The thread count is, in order: the innermost :func:`threads` block, the ``FPEMU_NUM_THREADS``
 environment variable, the cores this process may run on (``os.sched_getaffinity``). Work
@@ -43,8 +46,9 @@ T = TypeVar("T")
 ENV = "FPEMU_NUM_THREADS"
 #: Largest thread count accepted (a pool far beyond the cores only adds switching).
 MAX_THREADS = 256
-#: Least work per tile, in units of about one NumPy element operation (about a millisecond:
-#: handing a tile to the pool costs tens of microseconds). Tests lower it to split small calls.
+#: Least work per tile, in units of about one NumPy element operation (about half a
+#: millisecond: handing a tile to the pool costs tens of microseconds). Tests lower it to split
+#: small calls.
 GRAIN = 2.0**20
 
 _SETTING: contextvars.ContextVar[int | None] = contextvars.ContextVar("fpemu_threads", default=None)
@@ -118,8 +122,9 @@ def num_threads() -> int:
 def threads(n: int) -> Iterator[int]:
     """Run fpemu calls made in this block (in this thread or task) on ``n`` threads.
 
-    Blocks nest; the innermost wins. ``n`` bounds the tiles computed at once; results do not
-    depend on it.
+    Blocks nest; the innermost wins. ``n`` bounds the tiles computed at once (the tiles of a
+    large matmul: by this process and up to ``n - 1`` worker processes, at most one per core,
+    :mod:`fpemu.procpool`); results do not depend on it.
 
     Raises:
         TypeError: ``n`` is not an int. ValueError: ``n`` is not in 1..256.
@@ -140,12 +145,15 @@ def threads(n: int) -> Iterator[int]:
         _SETTING.reset(token)
 
 
-def tiles(size: int, *, cost: float, grain: float | None = None, align: int = 1) -> list[slice]:
+def tiles(
+    size: int, *, cost: float, grain: float | None = None, align: int = 1, count: int | None = None
+) -> list[slice]:
     """Split ``range(size)`` into one slice per thread when the work is worth it.
 
     ``cost``: work per item (about one unit per NumPy element operation); a tile gets at least
     ``grain`` units (default :data:`GRAIN`), and slice bounds are multiples of ``align``. One
-    slice when the call is small or runs inside a tile.
+    slice when the call is small or runs inside a tile. ``count``: at most this many slices
+    (default: :func:`num_threads`).
 
     >>> with threads(2):
     ...     tiles(10, cost=2.0**20)
@@ -156,7 +164,7 @@ def tiles(size: int, *, cost: float, grain: float | None = None, align: int = 1)
     grain = GRAIN if grain is None else grain
     if size * cost < 2 * grain or size <= align:  # checked first: small calls are the hot path
         return [slice(0, size)]
-    n = num_threads()
+    n = num_threads() if count is None or _IN_TILE.get() else count
     parts = int(min(n, size * cost // grain, -(-size // align)))
     if parts <= 1:
         return [slice(0, size)]

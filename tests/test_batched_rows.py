@@ -133,3 +133,54 @@ def test_exact_input_skip_agrees_with_round(fmt: str) -> None:
         assert _exact_float64(x, f) == want, (fmt, v)
     assert _exact_float64(grid.reshape(20, 30), f) == checked  # a whole array on the grid
     assert not _exact_float64(np.append(grid, 1 + 2.0 ** -(f.mbits + 1)), f)  # one value off
+
+
+@pytest.mark.parametrize("where", [0, 40_000, 3 * 32768 + 6])
+@pytest.mark.parametrize("bad", [2.0**-25, 3 * 2.0**-25, 65520.0, np.inf, np.nan, 1 + 2.0**-11])
+def test_exact_input_skip_in_every_chunk(where: int, bad: float) -> None:
+    """The check runs in cache-sized chunks: a value off the fp16 grid is found in any chunk,
+    zeros and subnormals on the grid pass, a strided view agrees. Oracle: NumPy's float16
+    cast (RNE), which returns a float64 value unchanged exactly when it is an fp16 value."""
+    h = get_format("fp16")
+    rng = np.random.default_rng(8)
+    n = 3 * 32768 + 8  # not a multiple of the chunk
+    x = rng.standard_normal(n) * np.exp2(rng.integers(-26, 14, n))
+    x[rng.random(n) < 0.2] = 0.0
+    x = x.astype(np.float16).astype(np.float64)  # on the grid: subnormals, zeros, +-0
+    assert bool((np.abs(x[x != 0]) < h.tiny).any())
+    assert _exact_float64(x, h) and _exact_float64(x[::-3], h)
+    x[where] = bad
+    with np.errstate(over="ignore", invalid="ignore"):
+        oracle = bool((x.astype(np.float16).astype(np.float64).view(np.uint64)
+                       == x.view(np.uint64)).all())  # fmt: skip
+    assert not oracle or not np.isfinite(bad)  # an infinity or NaN is refused: "round it"
+    assert not _exact_float64(x, h)
+    assert not _exact_float64(x.reshape(8, -1)[:, ::-1], h)  # not contiguous
+
+
+@pytest.mark.parametrize(
+    ("acc", "model", "oracle"),
+    [("fp32", "h100", np.float32), ("fp16", "h100", np.float16),
+     ("bf16", "sequential", "bfloat16")],
+)  # fmt: skip
+def test_addend_is_rounded_to_acc_or_kept_when_exact(acc: str, model: str, oracle: Any) -> None:
+    """``c`` is rounded to ``acc`` first (skipped where it already is): the same bits as with
+    ``c`` rounded beforehand by NumPy's or ml_dtypes' cast (RNE), and ``c`` is not changed."""
+    import ml_dtypes  # noqa: PLC0415 - a core dependency
+
+    dt = np.dtype(getattr(ml_dtypes, oracle) if isinstance(oracle, str) else oracle)
+    rng = np.random.default_rng(9)
+    a, b = corner_values(rng, (300, 1, 16), "fp16"), corner_values(rng, (300, 16, 1), "fp16")
+    c = rng.standard_normal((300, 1, 1)) * np.exp2(rng.integers(-20, 12, (300, 1, 1)))
+    c[:5] = 0.0
+    keep = c.copy()
+    pre = c.astype(dt).astype(np.float64)  # the oracle's rounding: exact in acc
+    assert not np.array_equal(pre, c)  # some values really round
+    got = fpemu.matmul(a, b, c=c, fmt="fp16", acc=acc, model=model)
+    want = fpemu.matmul(a, b, c=pre, fmt="fp16", acc=acc, model=model)
+    assert np.array_equal(bits(got), bits(want)) and np.array_equal(c, keep)
+    for given in (pre.astype(dt), pre[0, 0, 0]):  # the cast data itself, and a scalar
+        one = fpemu.matmul(a, b, c=given, fmt="fp16", acc=acc, model=model)
+        ref = fpemu.matmul(a, b, c=np.broadcast_to(np.float64(given), pre.shape), fmt="fp16",
+                           acc=acc, model=model)  # fmt: skip
+        assert np.array_equal(bits(one), bits(ref))

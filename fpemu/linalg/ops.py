@@ -151,7 +151,9 @@ def matmul(
     B = np_.broadcast_to(_round_input(B, b, fb, keep32=keep32), (*batch, K, N))
     C = None
     if c is not None:
-        C = fround(_operand("c", c, allow_0d=True), fa)
+        # rounded to acc (skipped where already exact, as for the inputs; a fresh or
+        # read-only array either way: broadcast_to below makes it read-only)
+        C = _round_input(_operand("c", c, allow_0d=True), c, fa, keep32=False)
         C = C[..., None] if vec_b and C.ndim else C
         try:
             C = np_.broadcast_to(C, (*batch, M, N))
@@ -275,6 +277,8 @@ def _round_input(x: Any, given: Any, f: Format, *, keep32: bool) -> Any:
 
 
 _ABS = np.uint64(0x7FFF_FFFF_FFFF_FFFF)
+#: Elements per chunk of :func:`_exact_float64` (256 KiB of uint64: in L2 with its mask).
+_CHUNK = 1 << 15
 
 
 def _exact_float64(x: Any, f: Format) -> bool:
@@ -296,15 +300,26 @@ def _exact_float64(x: Any, f: Format) -> bool:
         return False
     if x.size == 0:
         return True
-    u = x.view(np.uint64)
+    flat = x.reshape(-1)
+    u = flat.view(np.uint64)
     if int(np.bitwise_or.reduce(u, axis=None)) & ((1 << (52 - f.mbits)) - 1):
         return False  # a fraction bit below f's (in some value)
-    mag = np.bitwise_and(u, _ABS)
-    if int(mag.max()) > int(np.float64(f.max).view(np.uint64)):
-        return False  # above f.max: overflow, an infinity or a NaN
-    small = mag < np.float64(2.0**f.emin).view(np.uint64)  # zeros and f's subnormal range
-    if bool(small.any()):
-        t = np.ldexp(x[small], f.mbits - f.emin)  # exact: multiples of the subnormal quantum
-        if not bool((t == np.trunc(t)).all()):
-            return False
+    top = np.float64(f.max).view(np.uint64)
+    tiny = np.float64(2.0**f.emin).view(np.uint64) - np.uint64(1)
+    # The rest in chunks that stay in the cache, in two reused buffers (whole-array
+    # temporaries cost page faults and memory passes: about half the time of this check).
+    mag = np.empty(min(u.size, _CHUNK), np.uint64)
+    small = np.empty(mag.size, np.bool_)
+    for i in range(0, u.size, _CHUNK):
+        part = u[i : i + _CHUNK]
+        m, s = mag[: part.size], small[: part.size]
+        np.bitwise_and(part, _ABS, out=m)
+        if m.max() > top:
+            return False  # above f.max: overflow, an infinity or a NaN
+        m -= np.uint64(1)  # a zero wraps to the top: only nonzero values below 2**emin count
+        np.less(m, tiny, out=s)
+        if bool(s.any()):  # values in f's subnormal range: on its grid?
+            t = np.ldexp(flat[i : i + _CHUNK][s], f.mbits - f.emin)  # exact
+            if not bool((t == np.trunc(t)).all()):
+                return False
     return True

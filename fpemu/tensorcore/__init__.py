@@ -88,6 +88,8 @@ def register_all(register: Callable[..., Any]) -> None:
 
 # Marked tileable: each output element depends on its own row, column and C element only, so
 # fpemu.linalg.matmul may compute output tiles on threads (fpemu.linalg.tiles).
-register_all(lambda name, fn, **kw: register_model(name, tileable(fn), replace=True, **kw))
+register_all(lambda name, fn, **kw: register_model(name, tileable(fn, name), replace=True, **kw))
 # Every matrix-instruction model (fpemu.tensorcore.instructions), e.g. model="sm90.wgmma.fp8.f16".
-register_instructions(lambda name, fn, **kw: register_model(name, tileable(fn), replace=True, **kw))
+register_instructions(
+    lambda name, fn, **kw: register_model(name, tileable(fn, name), replace=True, **kw)
+)
