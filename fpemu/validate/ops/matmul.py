@@ -30,13 +30,13 @@ output dtype; the result is exact by definition (it is what the emulated hardwar
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from fpemu.validate.ops import Call, Out, bounded, exact, register
+from fpemu.validate.ops._exact import exact32
 from fpemu.validate.ops._num import fmt, to
 
 __all__ = ["emulated_model", "exact32", "gemm"]
@@ -116,148 +116,6 @@ def emulated_model(model: str, fmt_name: str) -> str:
     return model
 
 
-_BIG = 1 << 20  # the ulp exponent of a zero: no constraint
-
-
-def _ulp_exp(x: np.ndarray, prec: int) -> np.ndarray:
-    """Elementwise ``q`` such that ``x`` is a multiple of ``2**q`` (its ulp exponent for a
-    format of ``prec`` bits: ``E - prec`` for ``x = f 2**E``; ``_BIG`` for zeros and inf)."""
-    fin = np.isfinite(x) & (x != 0)
-    _, e = np.frexp(np.where(fin, x, 1.0))
-    return np.where(fin, e - prec, _BIG).astype(np.int64)
-
-
-def _grid_exact(m: np.ndarray, q: np.ndarray) -> np.ndarray:
-    """Where every partial sum is exact in float64: terms on the grid ``2**q``, ``m`` (their
-    magnitude sum) at most ``2**(53 + q)``; ``m > 0`` (zero sums are decided elsewhere)."""
-    with np.errstate(over="ignore"):
-        limit = np.ldexp(1.0, np.minimum(np.asarray(q) + 53, 1000).astype(np.int64))
-    return np.asarray((m <= limit) & (m > 0))
-
-
-def exact32(a: Any, b: Any, c: Any = None) -> np.ndarray:
-    """``RN32(c + sum_k a[..., i, k] b[..., k, j])``: the exact sum rounded once to float32.
-
-    ``a`` and ``b`` hold float32 values (float16, bfloat16, float32 data), so each product is
-    exact in float64 (at most 48 significant bits, exponents within float64's range). A float64
-    BLAS GEMM ``s`` of them lies within ``e = gamma_(K+1) m`` of the exact sum in any order
-    (Higham 3.5, the products being exact; ``m = |c| + sum |a b|``). ``m`` is bounded from above
-    by ``min(rowsum |a| colmax |b|, rowmax |a| colsum |b|)`` (no second GEMM; a looser bound
-    only decides which elements are recomputed, not their values). Where ``RN32(s - e)`` and
-    ``RN32(s + e)`` agree (the round-to-nearest map is monotone), that is the result whatever
-    order BLAS took; elsewhere (a float32 rounding boundary within ``e``) ``s`` is still exact
-    where every term is a multiple of ``2**q`` and ``m <= 2**(53 + q)`` (then every partial sum
-    in any order is exact; ``q`` from the rows' and columns' smallest ulps); the rest is
-    recomputed with :func:`math.fsum` (correctly rounded to float64; a float32 tie of that
-    float64 value is broken by the sign of the exact residual). A sum that is exactly zero is +0
-    (an accumulator from +0) unless ``c`` is -0 and every product is -0; a zero result is always
-    decided exactly (a tiny negative sum rounds to -0), except a zero row or column, whose sum
-    is ``c``. Non-finite results (inf/NaN inputs) come from NumPy's einsum without BLAS: IEEE
-    sums of infinities and NaNs do not depend on the order (no finite float64 sum of these
-    products overflows); NaN is float32's default NaN.
-
-    >>> x = np.float32([[2.0**24, 1.0, 1.0]]); y = np.float32([[1.0], [1.0], [1.0]])
-    >>> float(exact32(x, y)[0, 0]) == 2.0**24 + 2  # a float32 chain would give 2**24
-    True
-    """
-    # contiguous operands: NumPy's matmul takes its BLAS path (strided batches do not)
-    a32, b32 = np.ascontiguousarray(a, np.float32), np.ascontiguousarray(b, np.float32)
-    a64, b64 = a32.astype(np.float64), b32.astype(np.float64)  # float32 values: exact
-    k = a64.shape[-1]
-    with np.errstate(over="ignore", invalid="ignore"):
-        s = np.matmul(a64, b64)
-        # m = sum_k |a_ik| |b_kj| <= min(rowsum_i colmax_j, rowmax_i colsum_j): no second GEMM
-        # (a looser m only sends more elements to the exact path); a float64 sum of K
-        # non-negative terms is at least (1 - gamma_K) times the exact one, a product (1 - u)
-        aa, bb = np.abs(a64), np.abs(b64)
-        up = 1.0 / ((1.0 - _gamma(k, U64)) * (1.0 - 2 * U64))
-        m = (
-            np.minimum(
-                np.sum(aa, axis=-1, keepdims=True)
-                * np.max(bb, axis=-2, keepdims=True, initial=0.0),
-                np.max(aa, axis=-1, keepdims=True, initial=0.0)
-                * np.sum(bb, axis=-2, keepdims=True),
-            )
-            * up
-        )
-    c64 = None if c is None else np.broadcast_to(np.asarray(c, np.float64), s.shape)
-    if c64 is not None:
-        s = s + c64
-        m = (m + np.abs(c64)) * (1.0 + 2 * U64)  # the addition's rounding
-    g = _gamma(k + 1, U64) * (1.0 + 4 * U64)  # and the rounding of m * g
-    with np.errstate(over="ignore", invalid="ignore"):
-        e = m * g + np.abs(s) * 2.0**-52  # + the rounding of s +- e itself
-        lo, hi = (s - e).astype(np.float32), (s + e).astype(np.float32)
-        out = s.astype(np.float32)
-    finite = np.isfinite(s)
-    redo = finite & ~(lo == hi)  # an infinite m (float32 overflow) gives lo = -inf, hi = inf
-    # a zero row of a or column of b: every product is +-0, the sum is c, or +0 (-0 only if c
-    # is -0 and every product -0: decided exactly); any other zero result: its sign, exactly
-    zero = np.broadcast_to(
-        ~np.any(a64 != 0, axis=-1, keepdims=True) | ~np.any(b64 != 0, axis=-2, keepdims=True),
-        s.shape,
-    )
-    if c64 is not None:
-        zero = zero & (c64 == 0)
-    out[zero & finite] = np.float32(0.0)
-    signs = finite & (out == 0) & ~zero  # zero signs: decided exactly, whatever the grid
-    if c64 is not None:
-        signs |= zero & np.signbit(c64)
-    if redo.any():  # terms on a grid 2**q with m <= 2**(53 + q): s is exact in any order
-        pa = {"bfloat16": 8, "float16": 11}.get(fmt(np.asarray(a)), 24)
-        pb = {"bfloat16": 8, "float16": 11}.get(fmt(np.asarray(b)), 24)
-        # the smallest ulp of a row (column) is the ulp of its smallest nonzero magnitude
-        qa = _ulp_exp(np.min(np.abs(a32), axis=-1, keepdims=True, where=a32 != 0,
-                             initial=np.inf), pa)  # fmt: skip
-        qb = _ulp_exp(np.min(np.abs(b32), axis=-2, keepdims=True, where=b32 != 0,
-                             initial=np.inf), pb)  # fmt: skip
-        idx = np.nonzero(redo)
-        q = np.broadcast_to(qa + qb, s.shape)[idx]
-        if c64 is not None:
-            _, ec = np.frexp(c64[idx])
-            q = np.minimum(q, np.where(c64[idx] != 0, ec - 24, _BIG))
-        exact = _grid_exact(m[idx], q)
-        redo[tuple(x[exact] for x in idx)] = False
-    if not finite.all():
-        with np.errstate(over="ignore", invalid="ignore"):
-            s_ieee = np.einsum("...mk,...kn->...mn", a64, b64, optimize=False)
-            if c64 is not None:
-                s_ieee = s_ieee + c64
-        bad = ~finite
-        out[bad] = np.where(np.isnan(s_ieee[bad]), np.float32(np.nan), s_ieee[bad])
-    redo |= signs
-    if redo.any():
-        out[redo] = _exact_rows(a64, b64, c64, redo)
-    return np.asarray(out, np.float32)
-
-
-def _exact_rows(a64: np.ndarray, b64: np.ndarray, c64: Any, redo: np.ndarray) -> np.ndarray:
-    """RN32 of the exact sums at the ``redo`` elements (see :func:`exact32`), in their order."""
-    idx = np.nonzero(redo)
-    bt, i, j = idx[:-2], idx[-2], idx[-1]
-    ab = np.broadcast_to(a64, (*redo.shape[:-1], a64.shape[-1]))
-    bb = np.broadcast_to(b64, (*redo.shape[:-2], b64.shape[-2], redo.shape[-1]))
-    terms = ab[(*bt, i)] * np.swapaxes(bb, -1, -2)[(*bt, j)]  # (n, K) exact products
-    if c64 is not None:
-        terms = np.concatenate([terms, np.asarray(c64)[idx][:, None]], axis=1)
-    rows = terms.tolist()
-    f = np.array([math.fsum(r) for r in rows], np.float64)  # RN64 of each exact sum
-    with np.errstate(over="ignore"):  # beyond float32: RN gives inf
-        v = f.astype(np.float32)
-    down = np.where(v.astype(np.float64) <= f, v, np.nextafter(v, np.float32(-np.inf)))
-    up = np.where(v.astype(np.float64) >= f, v, np.nextafter(v, np.float32(np.inf)))
-    with np.errstate(invalid="ignore"):
-        tie = (down != up) & (f - down.astype(np.float64) == up.astype(np.float64) - f)
-    for n in np.flatnonzero(tie):  # f is a float32 tie: the exact residual's sign decides
-        r = math.fsum([*rows[n], -f[n]])
-        if r != 0.0:
-            v[n] = up[n] if r > 0 else down[n]
-    for n in np.flatnonzero(f == 0.0):  # exact zero: +0 unless every term (c included) is -0
-        neg = c64 is not None and all(t == 0 and math.copysign(1.0, t) < 0 for t in rows[n])
-        v[n] = np.float32(-0.0 if neg else 0.0)
-    return v
-
-
 def _emulated(
     call: Call, a: np.ndarray, b: np.ndarray, c: Any, *, alpha: float, beta: float
 ) -> np.ndarray:
@@ -267,10 +125,11 @@ def _emulated(
     if alpha != 1.0 or beta not in (0.0, 1.0):
         raise ValueError(f"alpha={alpha}, beta={beta}: emulated GEMMs take alpha=1, beta in (0, 1)")
     src = fmt(a)
-    cc = None if c is None or beta == 0.0 else np.asarray(c).astype(np.float64)
+    c = None if c is None or beta == 0.0 else np.asarray(c)
     model = emulated_model(str(call.model), src)
-    if model == "exact32":
-        return to(exact32(a, b, cc), name)
+    if model == "exact32":  # c in its own format: exact32 reads its precision from the dtype
+        return to(exact32(a, b, c), name)
+    cc = None if c is None else c.astype(np.float64)
     # float32 views of the operands are exact (float16/bfloat16/float32 values); matmul skips
     # its float64 widening for them
     wide = np.float64 if src == "float64" else np.float32
