@@ -72,32 +72,39 @@ def _q_block(lq: int) -> int:
     return 256 if lq >= 768 else 64 if lq >= 192 else 32
 
 
-def _scores(call: Call, q: np.ndarray, k: np.ndarray, causal: bool) -> tuple[Any, ...]:
+def _scores(call: Call, q: np.ndarray, k: np.ndarray, causal: bool, *,
+            bound: bool = True) -> tuple[Any, ...]:  # fmt: skip
     """Exact scores s = scale*(q k^T) + mask in float64 with the kernel's float32 scale, and
     e_s: a bound on the kernel's float32 s (GEMM of D products, the scale, the mask add); both
-    0 / -inf where the key is masked out (causal or a -inf mask). In-place to save passes."""
+    0 / -inf where the key is masked out (causal or a -inf mask). In-place to save passes.
+    Without ``bound`` (emulate: the value only), e_s is None."""
     d = q.shape[-1]
     sc = call.kwargs.get("scale")
     scale = float(np.float32(1.0 / math.sqrt(d) if sc is None else sc))
     s = _mm(q, np.swapaxes(k, -1, -2))
-    e_s = _mm(np.abs(q), np.swapaxes(np.abs(k), -1, -2))
+    e_s = _mm(np.abs(q), np.swapaxes(np.abs(k), -1, -2)) if bound else None
     mask = call.kwargs.get("attn_mask")
     with np.errstate(invalid="ignore", over="ignore"):
         s *= scale
-        e_s *= gamma(d) * scale
-        e_s += gamma(2) * np.abs(s)
+        if e_s is not None:
+            e_s *= gamma(d) * scale
+            e_s += gamma(2) * np.abs(s)
         if mask is not None:
             mk = np.asarray(mask, np.float64)
             shape = np.broadcast_shapes(s.shape, mk.shape)
             if shape != s.shape:
-                s, e_s = np.broadcast_to(s, shape).copy(), np.broadcast_to(e_s, shape).copy()
+                s = np.broadcast_to(s, shape).copy()
+                e_s = None if e_s is None else np.broadcast_to(e_s, shape).copy()
             s += mk
-            e_s += gamma(2) * np.abs(mk)
-        e_s *= 1 + gamma(2)
+            if e_s is not None:
+                e_s += gamma(2) * np.abs(mk)
+        if e_s is not None:
+            e_s *= 1 + gamma(2)
     if causal:
         lq, lk = s.shape[-2], s.shape[-1]
         np.copyto(s, -np.inf, where=np.triu(np.ones((lq, lk), bool), 1))
-    np.copyto(e_s, 0.0, where=np.isneginf(s))
+    if e_s is not None:
+        np.copyto(e_s, 0.0, where=np.isneginf(s))
     return s, e_s, scale
 
 
@@ -142,12 +149,19 @@ def _forward_bound(call: Call) -> tuple[Any, ...]:
     )
     causal = bool(call.arg(4, "is_causal", False))
     name = call.out_dtypes[0]
-    s, e_s, _ = _scores(call, q, k, causal)
+    s, e_s, _ = _scores(call, q, k, causal, bound=call.model is None)
     lk = s.shape[-1]
     blocks = -(-lk // _KV_BLOCK)
     finite = ~np.isneginf(s)
     empty = ~finite.any(axis=-1, keepdims=True)  # fully masked rows: out 0, lse 0 (kernel)
     m = np.where(empty, 0.0, np.max(np.where(finite, s, -np.inf), axis=-1, keepdims=True))
+    if e_s is None:  # emulate: the center only (the same operations as below)
+        with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+            p = np.exp(s - m)
+            S = p.sum(-1, keepdims=True)
+            o = np.where(empty, 0.0, _mm(p, v) / np.where(empty, 1.0, S))
+            lse = np.where(empty, 0.0, m + np.log(np.where(empty, 1.0, S)))
+        return o, np.inf, lse[..., 0], np.inf
     low = name != "float32"
     p, rho = _probs(s, m, e_s, _FEXP if low else _EXP_U20, 3 if low else 1)
     if blocks > 1:
@@ -188,14 +202,20 @@ def _no_dropout(call: Call) -> None:
         raise NotImplementedError(f"dropout_p={p}: the kernel's random mask is not emulated")
 
 
+_REASON_EMU = ("emulate: fpemu's attention (exact softmax attention in float64, rounded once "
+               "to the output format); the kernel's error bound is not computed")  # fmt: skip
+
+
 @register("aten._scaled_dot_product_flash_attention_for_cpu.default")
 def flash_attention(call: Call) -> list[Out | None]:
     """``(query, key, value, dropout_p=0, is_causal=False, *, attn_mask=None, scale=None) ->
-    (output, logsumexp)``, bounded (see :func:`_forward_bound`)."""
+    (output, logsumexp)``, bounded (see :func:`_forward_bound`). Under ``emulate``
+    (``call.model`` set) only the value is computed: the bound is infinite."""
     _no_dropout(call)
     o, e_o, lse, e_l = _forward_bound(call)
-    return [bounded(to(o, call.out_dtypes[0]), e_o, _REASON_F, center=o),
-            bounded(to(lse, call.out_dtypes[1]), e_l, _REASON_F, center=lse)]  # fmt: skip
+    why = _REASON_F if call.model is None else _REASON_EMU
+    return [bounded(to(o, call.out_dtypes[0]), e_o, why, center=o),
+            bounded(to(lse, call.out_dtypes[1]), e_l, why, center=lse)]  # fmt: skip
 
 
 _REASON_B = ("flash attention backward: p = exp(s - lse) (1 ulp), float32 GEMMs (order "
@@ -227,8 +247,17 @@ def flash_attention_backward(call: Call) -> list[Out | None]:
     causal = bool(call.arg(7, "is_causal", False))
     name = call.out_dtypes[0]
     u_low, tiny = _UNIT[name], _TINY[name]
-    s, e_s, scale = _scores(call, q, k, causal)
+    s, e_s, scale = _scores(call, q, k, causal, bound=call.model is None)
     lq, lk, d = s.shape[-2], s.shape[-1], q.shape[-1]
+    names = call.out_dtypes
+    if e_s is None:  # emulate: the centers only (the same operations as below)
+        with np.errstate(invalid="ignore", over="ignore"):
+            p = np.exp(s - lse)
+        ds = p * (_mm(go, np.swapaxes(v, -1, -2)) - (go * out).sum(-1, keepdims=True))
+        centers = (scale * _mm(ds, k), scale * _mm(np.swapaxes(ds, -1, -2), q),
+                   _mm(np.swapaxes(p, -1, -2), go))  # fmt: skip
+        return [bounded(to(x, nm), np.inf, _REASON_EMU, center=x)
+                for x, nm in zip(centers, names, strict=True)]  # fmt: skip
     bq = -(-lq // _q_block(lq))
     bk = -(-lk // _KV_BLOCK)
     finite = ~np.isneginf(s)
@@ -263,7 +292,6 @@ def flash_attention_backward(call: Call) -> list[Out | None]:
     e_dk += gamma(bq, u_low) * (mag_k + e_dk) if u_low else 0.0
     e_dk += (lq + 4) * _UFL
     e_dq, e_dk, e_dv = (e + tiny for e in (e_dq, e_dk, e_dv))  # a subnormal result flushed
-    names = call.out_dtypes
     return [bounded(to(dq, names[0]), e_dq * _SLACK, _REASON_B, center=dq),
             bounded(to(dk, names[1]), e_dk * _SLACK, _REASON_B, center=dk),
             bounded(to(dv, names[2]), e_dv * _SLACK, _REASON_B, center=dv)]  # fmt: skip
