@@ -286,15 +286,20 @@ def _paths_case(name: str, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarra
     c = rng.standard_normal(n) * 2
     a[12], b[:, 0] = 0.0, 0.0
     a[12, :2], b[:2, 0] = [1.0, 1.0], [1.0, 2.0**-24]  # 1 + 2**-24: a float32 tie, even: 1
-    # t + B - B with t = ((1 + u) sc)**2 (its last bit 2**-2(p+e)) and B a big product: a
-    # float64 sum taken big term first drops t's last bits; the bias -B is folded into the GEMM
+    # 16 B + 16 t - 16 B with t = ((1 + u) sc)**2 (its last bit 2**-2(p+e)) and B a big
+    # product, and zeros: a float64 sum that adds a t to a multiple of B drops t's last bits
+    # (BLAS's lanes, index order); the bias -B is folded into the GEMM
     u, sc, b1, b2 = (2.0**-10, 2.0**-14, 2.0**8, 2.0**7) if name == "float16" else (
-        2.0**-7, 1.0, 2.0**20, 2.0**19)  # fmt: skip
-    a[13], b[:, 1] = 0.0, 0.0
-    a[13, :3], b[:3, 1] = [b1, (1 + u) * sc, -b1], [b2, (1 + u) * sc, b2]
+        2.0**-7, 1.0, 2.0**24, 2.0**23)  # fmt: skip
+    a[13, :16], a[13, 16:32], a[13, 32:48], a[13, 48:] = b1, (1 + u) * sc, -b1, 0.0
+    b[:16, 1], b[16:32, 1], b[32:48, 1] = b2, (1 + u) * sc, b2
     a[14], b[:, 2] = 0.0, 0.0
     a[14, :2], b[:2, 2] = [(1 + u) * sc, b1], [(1 + u) * sc, b2]
     c[2] = -b1 * b2
+    # B + t - B with m just beyond the grid test's limit 2**(53 + q) (bfloat16: q = -14)
+    h1, h2 = (b1, b2) if name == "float16" else (2.0**20, 2.0**19)
+    a[15], b[:, 3] = 0.0, 0.0
+    a[15, :3], b[:3, 3] = [h1, (1 + u) * sc, -h1], [h2, (1 + u) * sc, h2]
     lowt = LOW[name][1]
     return a.astype(lowt), b.astype(lowt), c.astype(lowt)
 
@@ -321,7 +326,7 @@ def test_exact32_every_path_against_the_oracle(
     want_c, want = _oracle32(a, b, c), _oracle32(a, b, None)
     assert (bits(got_c) == bits(want_c)).all() and (bits(got) == bits(want)).all()
     assert 0 < sum(taken) < got.size + got_c.size  # the exact path: some elements, not all
-    # a float64 sum in index order (row 13: B + t - B), rounded to float32, is wrong here
+    # a float64 sum in index order (row 13), rounded to float32, is wrong here
     terms = a.astype(np.float64)[:, :, None] * b.astype(np.float64)[None, :, :]
     seq = np.cumsum(terms, axis=1)[:, -1].astype(np.float32)
     assert (bits(seq) != bits(want)).any()

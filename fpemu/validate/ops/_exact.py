@@ -103,22 +103,30 @@ def exact32(a: Any, b: Any, c: Any = None) -> np.ndarray:
     # finite inputs: every product and partial sum is finite in float64 (at most K 2**256)
     finite = None if finite_in else np.isfinite(s)
 
-    # 1. grid. X = m 2**-(qa_i + qb_j), the powers of two exact; ``up`` covers the float64
-    # sums of K non-negative terms (at least (1 - gamma_K) times the exact ones) and the two
-    # products' roundings
-    aa, bb = np.abs(a64), np.abs(b64)
-    qa = _grid(np.min(np.where(aa == 0, np.inf, aa), axis=-1, keepdims=True, initial=np.inf), pa)
-    qb = _grid(np.min(np.where(bb == 0, np.inf, bb), axis=-2, keepdims=True, initial=np.inf), pb)
+    # 1. grid. ``m <= min(A_i B_j, A'_i B'_j) 2**(qa_i + qb_j)`` with A = rowsum |a| 2**-qa,
+    # B = colmax |b| 2**-qb, A' = rowmax |a| 2**-qa, B' = colsum |b| 2**-qb (the powers of two
+    # exact; ``up`` covers the float64 sums of K non-negative terms, at least (1 - gamma_K)
+    # times the exact ones, and the products' roundings); the test is then made in float32
+    # on values rounded up (``_up32``, relative 2**-20 to spare): a false "exact" is impossible,
+    # a product that overflows float32 fails, one that underflows is far below 2**53
+    aa, bb = np.abs(a32), np.abs(b32)
+    qa, qb = _grid(_min_nonzero(a32, -1), pa), _grid(_min_nonzero(b32, -2), pb)
     ra, rb = np.ldexp(1.0, -qa), np.ldexp(1.0, -qb)  # an all-zero row: 0
     up = 1.0 / ((1.0 - _gamma(k, U64)) * (1.0 - 2 * U64))
     with np.errstate(over="ignore", invalid="ignore"):
-        x = np.minimum(
-            (np.sum(aa, axis=-1, keepdims=True) * up * ra)
-            * (np.max(bb, axis=-2, keepdims=True, initial=0) * rb),
-            (np.max(aa, axis=-1, keepdims=True, initial=0) * up * ra)
-            * (np.sum(bb, axis=-2, keepdims=True) * rb),
-        )
-        undecided = ~(x <= 2.0**53) if c64 is None else np.ones(s.shape, bool)
+        rs = np.asarray(np.sum(aa, axis=-1, keepdims=True, dtype=np.float64))
+        cs = np.asarray(np.sum(bb, axis=-2, keepdims=True, dtype=np.float64))
+        rm = np.asarray(np.max(aa, axis=-1, keepdims=True, initial=0))
+        cm = np.asarray(np.max(bb, axis=-2, keepdims=True, initial=0))
+        fa, fb = _up32(rs * up * ra), _up32(cm * rb)  # A, B
+        ga, gb = _up32(rm * up * ra), _up32(cs * rb)  # A', B'
+        if c64 is not None:  # a general c: the exact path's tests only
+            undecided = np.ones(s.shape, bool)
+        elif (np.max(fa) * np.max(fb) <= _LIM32) or (np.max(ga) * np.max(gb) <= _LIM32):
+            undecided = np.zeros(s.shape, bool)
+        else:
+            undecided = fa * fb > _LIM32
+            undecided &= ga * gb > _LIM32
     zero = out == 0  # zero results: their signs, exactly (a grid-exact +-0 sum without c: +0)
     if c64 is None and not signed_zero:
         out[zero & (s == 0) & ~undecided] = np.float32(0.0)
@@ -130,12 +138,14 @@ def exact32(a: Any, b: Any, c: Any = None) -> np.ndarray:
 
     # 2. bound, on the rest: e = m (gamma_(K+1) + 2**-52): |s| <= m (1 + gamma), so m 2**-52
     # covers the rounding of s +- e (u |s +- e|); the 8 u this constant's and m e's roundings
-    idx = np.nonzero(undecided & ~zero)
+    idx = np.nonzero(undecided & ~zero) if undecided.any() else (np.zeros(0, np.intp),)
     if idx[0].size:
-        qi = np.broadcast_to(qa[..., 0], s.shape[:-1])[idx[:-1]]
-        qj = np.broadcast_to(qb[..., 0, :], (*s.shape[:-2], s.shape[-1]))[(*idx[:-2], idx[-1])]
+        ri, cj = idx[:-1], (*idx[:-2], idx[-1])
+        rows, cols = s.shape[:-1], (*s.shape[:-2], s.shape[-1])
+        rsi, rmi = (np.broadcast_to(x[..., 0], rows)[ri] for x in (rs, rm))
+        csj, cmj = (np.broadcast_to(x[..., 0, :], cols)[cj] for x in (cs, cm))
         with np.errstate(over="ignore", invalid="ignore"):
-            m = np.ldexp(x[idx], np.minimum(qi + qj, 2000))
+            m = np.minimum(rsi * cmj, rmi * csj) * up
             if c64 is not None:
                 m = (m + np.abs(c64[idx])) * (1.0 + 2 * U64)  # the addition's rounding
             e = m * (_gamma(k + 1, U64) * (1.0 + 8 * U64) + 2.0**-52)
@@ -159,6 +169,25 @@ def exact32(a: Any, b: Any, c: Any = None) -> np.ndarray:
 #: significand bits (with the hidden one) of the formats whose values a float32 array holds
 _PREC = {np.dtype(np.float16): 11, np.dtype(ml_dtypes.bfloat16): 8}
 _BIG = 1 << 20  # the grid exponent of an all-zero row: no constraint
+
+
+_LIM32 = np.float32(2.0**53 * (1 - 2.0**-20))
+
+
+def _up32(x: np.ndarray) -> np.ndarray:
+    """float64 -> float32, never below ``x`` (non-negative finite ``x``; beyond: inf)."""
+    with np.errstate(over="ignore"):
+        return np.asarray((x * (1 + 2.0**-20)).astype(np.float32))
+
+
+def _min_nonzero(x: np.ndarray, axis: int) -> np.ndarray:
+    """The smallest nonzero magnitude along ``axis`` (keepdims; 0 where all are zero), from the
+    float32 bits: magnitudes order as their unsigned bits, and ``bits - 1`` wraps a zero to the
+    largest unsigned value."""
+    u = x.view(np.uint32) & np.uint32(0x7FFFFFFF)
+    u -= np.uint32(1)
+    m = np.min(u, axis=axis, keepdims=True, initial=np.uint32(0xFFFFFFFF))
+    return np.asarray((m + np.uint32(1)).view(np.float32))
 
 
 def _grid(x: np.ndarray, prec: int) -> np.ndarray:
