@@ -335,3 +335,22 @@ def test_exact32_every_path_against_the_oracle(
     got_b = exact32(ab, bb)
     assert (bits(got_b[0]) == bits(want)).all()
     assert (bits(got_b[1]) == bits(_oracle32(a[::-1], b[:, ::-1], None))).all()
+
+
+def test_a_failed_emulation_keeps_torchs_value() -> None:
+    """The matmul family runs torch's meta kernel, not its CPU kernel; an emulation that
+    refuses (alpha != 1 on a tensor-core model) is counted failed and torch's own value is
+    returned (its CPU kernel then runs); under strict it raises. The views of a result are
+    the result's memory (counted emulated, nothing computed)."""
+    a, b, c = data((5, 24), (24, 6), (6,), seed=11)
+    a, b, c = a.half(), b.half(), c.half()
+    with fpemu.emulate(policy="torch_cuda_fp16", model="h100") as em:
+        y = torch.addmm(c, a, b, alpha=2.0)
+        yt = y.t()
+    want = torch.addmm(c, a, b, alpha=2.0)
+    assert (bits(tnp(y)) == bits(tnp(want))).all() and yt.data_ptr() == y.data_ptr()
+    assert em.counts["failed"] == 1 and "alpha=2.0" in em.failed["aten.addmm.default"]
+    assert em.emulated.get("aten.t.default") == 1
+    with pytest.raises(ValueError, match="alpha"):
+        with fpemu.emulate(policy="torch_cuda_fp16", model="h100", strict=True):
+            torch.addmm(c, a, b, alpha=2.0)

@@ -2,8 +2,10 @@
 emulation of that op (:mod:`fpemu.validate.ops`, the table ``fpemu.watch`` judges with).
 
 For each op the mode converts torch's inputs to NumPy (copying the arguments an in-place op
-overwrites), runs torch's kernel (for the outputs' shapes, dtypes, strides and aliasing), asks
-the op's emulation for its value from those inputs, and writes the value into each output
+overwrites), runs torch's kernel (for the outputs' shapes, dtypes, strides and aliasing; for the
+matmul family and flash attention, whose values are all replaced, torch's meta kernel instead:
+the CPU kernel's work would be thrown away), asks the op's emulation for its value from those
+inputs, and writes the value into each output
 (``out.copy_(from_numpy(value))``; inside ``__torch_dispatch__`` the modes are off, so the copy
 is torch's plain kernel). Outputs that alias an input (views) share its memory, which already
 holds the emulated value: they are not written. An in-place op's outputs are its written
@@ -59,6 +61,20 @@ _PASS = frozenset(
 )
 
 
+#: expensive ops whose emulation needs only their inputs: torch's meta kernel gives the outputs'
+#: shapes, dtypes and strides, and torch's CPU kernel is not run (it would be thrown away)
+_META = frozenset(
+    {
+        "aten.mm.default",
+        "aten.addmm.default",
+        "aten.bmm.default",
+        "aten.baddbmm.default",
+        "aten._scaled_dot_product_flash_attention_for_cpu.default",
+        "aten._scaled_dot_product_flash_attention_for_cpu_backward.default",
+    }
+)
+
+
 @dataclass(frozen=True)
 class _Op:
     """What the mode needs to know of one ATen overload (computed once per overload)."""
@@ -68,6 +84,7 @@ class _Op:
     passed: bool  # computes nothing: run, not counted
     alias: bool  # every return aliases an argument and nothing is written (a view)
     writes: bool  # the op writes an argument (its inputs are copied before it runs)
+    meta: bool  # outputs from torch's meta kernel, torch's CPU kernel not run (``_META``)
     #: per schema return: True a new tensor (written), False an alias of an argument (not
     #: written), None an alias of a written argument (counted with the written arguments)
     fresh: tuple[bool | None, ...]
@@ -91,6 +108,7 @@ def _op(func: Any) -> _Op:
             passed=name in _PASS or name.startswith("profiler."),
             alias=alias and not p.written,
             writes=bool(p.written),
+            meta=name in _META and not p.written and all(r.alias_info is None for r in rets),
             fresh=tuple(
                 None if r.alias_info and r.alias_info.is_write else r.alias_info is None
                 for r in rets
@@ -148,6 +166,8 @@ class EmulateMode(TorchDispatchMode):  # type: ignore[misc,no-untyped-call]
         if op.alias:  # a view: its output is its input's memory, which holds the emulated
             self.emulated[name] += 1  # value already; there is nothing to compute
             return func(*args, **kwargs)
+        if op.meta:
+            return self._from_meta(op, func, args, kwargs)
         ids = written_ids(func, tuple(args), kwargs) if op.writes else frozenset()
         np_args = tree_to_numpy(tuple(args), copy_ids=ids)
         np_kwargs = tree_to_numpy(kwargs, copy_ids=ids)
@@ -188,6 +208,52 @@ class EmulateMode(TorchDispatchMode):  # type: ignore[misc,no-untyped-call]
             t.copy_(from_numpy(v).reshape(t.shape))
         self.emulated[name] += 1
         return result
+
+    def _from_meta(self, op: _Op, func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
+        """An op of ``_META``: its outputs allocated as torch's meta kernel lays them out and
+        filled with the emulation's values; torch's CPU kernel runs only if the emulation
+        fails (its value is then kept, as for any op)."""
+        import torch  # noqa: PLC0415
+        from torch.utils._pytree import tree_map  # noqa: PLC0415
+
+        def meta(x: Any) -> Any:
+            return x.to("meta") if isinstance(x, torch.Tensor) else x
+
+        res = func(*tree_map(meta, tuple(args)), **tree_map(meta, kwargs))
+        metas = list(res) if isinstance(res, tuple) else [res]
+        call = Call(
+            op.name,
+            tuple(tree_to_numpy(tuple(args))),
+            dict(tree_to_numpy(kwargs)),
+            tuple(dtype_name(m.dtype) for m in metas),
+            capability=CAPABILITY,
+            model=self.model,
+            options={**self.options, "outputs": ()},
+        )
+        try:
+            values = list(op.emulation(call)) if op.emulation is not None else []
+            if len(values) != len(metas):
+                raise ValueError(f"the emulation gave {len(values)} outputs, torch {len(metas)}")
+            arrays = []
+            for m, out, name in zip(metas, values, call.out_dtypes, strict=True):
+                v = None if out is None else np.asarray(out.value)
+                if v is None or v.shape != tuple(m.shape) or v.dtype != np_dtype(name):
+                    got = "no value" if v is None else f"{v.shape} {v.dtype}"
+                    raise ValueError(f"the emulation gave {got}, torch {tuple(m.shape)} {name}")
+                arrays.append(v)
+        except Exception as exc:
+            if self.strict:
+                raise
+            self.failed_count[op.name] += 1
+            self.failed.setdefault(op.name, f"{type(exc).__name__}: {exc}")
+            return func(*args, **kwargs)
+        outs = []
+        for m, v in zip(metas, arrays, strict=True):
+            t = torch.empty_strided(m.shape, m.stride(), dtype=m.dtype)
+            t.copy_(from_numpy(v).reshape(t.shape))
+            outs.append(t)
+        self.emulated[op.name] += 1
+        return tuple(outs) if isinstance(res, tuple) else outs[0]
 
     @staticmethod
     def _writes(op: _Op, result: Any, outs: list[Any]) -> list[bool]:
