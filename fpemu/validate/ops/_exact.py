@@ -125,8 +125,7 @@ def exact32(a: Any, b: Any, c: Any = None) -> np.ndarray:
         elif (np.max(fa) * np.max(fb) <= _LIM32) or (np.max(ga) * np.max(gb) <= _LIM32):
             undecided = np.zeros(s.shape, bool)
         else:
-            undecided = fa * fb > _LIM32
-            undecided &= ga * gb > _LIM32
+            undecided = _grid_open(fa, fb, ga, gb, s.shape)
     zero = out == 0  # zero results: their signs, exactly (a grid-exact +-0 sum without c: +0)
     if c64 is None and not signed_zero:
         out[zero & (s == 0) & ~undecided] = np.float32(0.0)
@@ -172,6 +171,26 @@ _BIG = 1 << 20  # the grid exponent of an all-zero row: no constraint
 
 
 _LIM32 = np.float32(2.0**53 * (1 - 2.0**-20))
+
+
+def _grid_open(
+    fa: np.ndarray, fb: np.ndarray, ga: np.ndarray, gb: np.ndarray, shape: tuple[int, ...]
+) -> np.ndarray:
+    """Where the grid test fails: ``A_i B_j`` and ``A'_i B'_j`` both above the limit. A row
+    whose factor passes against every column's largest passes whole, likewise a column; on a
+    2-D product the elementwise test runs only on the block of failing rows and columns."""
+    rows = (fa * np.max(fb, axis=-1, keepdims=True) > _LIM32) & (
+        ga * np.max(gb, axis=-1, keepdims=True) > _LIM32)  # fmt: skip
+    cols = (np.max(fa, axis=-2, keepdims=True) * fb > _LIM32) & (
+        np.max(ga, axis=-2, keepdims=True) * gb > _LIM32)  # fmt: skip
+    if len(shape) != 2:
+        return np.asarray(rows & cols & (fa * fb > _LIM32) & (ga * gb > _LIM32))
+    out = np.zeros(shape, bool)
+    r, c = np.flatnonzero(rows[:, 0]), np.flatnonzero(cols[0, :])
+    if r.size and c.size:
+        block = (fa[r] * fb[:, c] > _LIM32) & (ga[r] * gb[:, c] > _LIM32)
+        out[np.ix_(r, c)] = block
+    return out
 
 
 def _up32(x: np.ndarray) -> np.ndarray:
