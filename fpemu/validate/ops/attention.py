@@ -154,12 +154,13 @@ def _forward_bound(call: Call) -> tuple[Any, ...]:
     blocks = -(-lk // _KV_BLOCK)
     finite = ~np.isneginf(s)
     empty = ~finite.any(axis=-1, keepdims=True)  # fully masked rows: out 0, lse 0 (kernel)
-    m = np.where(empty, 0.0, np.max(np.where(finite, s, -np.inf), axis=-1, keepdims=True))
+    m = np.where(empty, 0.0, np.max(s, axis=-1, keepdims=True))  # s is -inf where masked
     if e_s is None:  # emulate: the center only (the same operations as below)
         with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
             p = np.exp(s - m)
             S = p.sum(-1, keepdims=True)
-            o = np.where(empty, 0.0, _mm(p, v) / np.where(empty, 1.0, S))
+            o = _mm(p, v) / np.where(empty, 1.0, S)
+            np.copyto(o, 0.0, where=empty)
             lse = np.where(empty, 0.0, m + np.log(np.where(empty, 1.0, S)))
         return o, np.inf, lse[..., 0], np.inf
     low = name != "float32"
@@ -174,7 +175,7 @@ def _forward_bound(call: Call) -> tuple[Any, ...]:
     S = p.sum(-1, keepdims=True)
     N = _mm(p, v)
     es = (p * rho).sum(-1, keepdims=True) + gamma(lk + 2 * blocks) * big.sum(-1, keepdims=True)
-    tiny_t = np.where(finite, tiny * np.exp(e_s.max()), 0.0)
+    tiny_t = finite * (tiny * np.exp(e_s.max()))  # 0 where masked
     # EN = sum |v| (p rho + u_low big + tiny) + g sum |v| (big (1 + u_low) + tiny): one GEMM of
     # the sum (non-negative terms: its float64 error is within the 2**-20 widening)
     g_en = gamma(lk + blocks)
@@ -183,10 +184,12 @@ def _forward_bound(call: Call) -> tuple[Any, ...]:
     w += (1 + g_en) * tiny_t
     en = _mm(w, av) + (lk + 2) * _UFL
     with np.errstate(invalid="ignore", divide="ignore"):
-        o = np.where(empty, 0.0, N / np.where(empty, 1.0, S))
+        o = N / np.where(empty, 1.0, S)
+        np.copyto(o, 0.0, where=empty)
         e_o = (en + np.abs(o) * es) / (S - es)
         e_o = e_o + gamma(2) * (np.abs(o) + e_o) + tiny
-        e_o = np.where(empty | (S - es <= 0), np.where(empty, 0.0, np.inf), e_o)
+        np.copyto(e_o, np.inf, where=S - es <= 0)
+        np.copyto(e_o, 0.0, where=empty)
         lse = np.where(empty, 0.0, m + np.log(np.where(empty, 1.0, S)))
         e_l = -np.log1p(-np.minimum(es / S, 1.0)) + 2.0**-23 * np.abs(np.log(S)) + U32 * np.abs(lse)
         e_l = np.where(empty[..., 0:1], 0.0, e_l)
@@ -268,7 +271,7 @@ def flash_attention_backward(call: Call) -> list[Out | None]:
     finite = ~np.isneginf(s)
     low = name != "float32"
     p, rho = _probs(s, lse, e_s, _FEXP if low else _EXP_U10, 3 if low else 1)
-    tiny_t = np.where(finite, tiny, 0.0)
+    tiny_t = finite * tiny  # 0 where masked
     rho1 = (1 + rho) * (1 + u_low) - 1
     agt = np.abs(go)
     dv = _mm(np.swapaxes(p, -1, -2), go)
@@ -298,7 +301,7 @@ def flash_attention_backward(call: Call) -> list[Out | None]:
     e_ds += g2 * p1 * ad
     e_ds *= 1 + u_low
     e_ds += u_low * np.abs(ds) + tiny_t + 4 * _UFL
-    e_ds = np.where(finite, e_ds, 0.0)
+    np.copyto(e_ds, 0.0, where=~finite)
     ads = np.abs(ds)
     # e_dq = scale (E + g M) then + g' (M + e_dq), E = sum e_ds |k|, M = sum (|dS| + e_ds)|k|
     gq, gq_ = gamma(lk + 3), gamma(bk, u_low) if u_low else 0.0
