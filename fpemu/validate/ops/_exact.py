@@ -161,7 +161,7 @@ def exact32(a: Any, b: Any, c: Any = None) -> np.ndarray:
         out[bad] = np.where(np.isnan(s_ieee[bad]), np.float32(np.nan), s_ieee[bad])
     # 3. exact
     if redo.any():
-        out[redo] = exact_sums32(_terms(a64, b64, c64, redo), signed_zero=signed_zero)
+        out[redo] = exact_sums32(_terms(a32, b32, c64, redo), signed_zero=signed_zero)
     return np.asarray(out, np.float32)
 
 
@@ -219,15 +219,16 @@ def _grid(x: np.ndarray, prec: int) -> np.ndarray:
     return np.where(fin, e - prec, _BIG).astype(np.int64)
 
 
-def _terms(a64: np.ndarray, b64: np.ndarray, c64: Any, redo: np.ndarray) -> np.ndarray:
-    """The exact products (and ``c``) of the ``redo`` elements, one row each, in their order."""
+def _terms(a32: np.ndarray, b32: np.ndarray, c64: Any, redo: np.ndarray) -> np.ndarray:
+    """The exact products (and ``c``) of the ``redo`` elements, one row each, in their order:
+    float32 rows and columns gathered, multiplied in float64 (exact)."""
     idx = np.nonzero(redo)
     bt, i, j = idx[:-2], idx[-2], idx[-1]
-    ab = np.broadcast_to(a64, (*redo.shape[:-1], a64.shape[-1]))
+    ab = np.broadcast_to(a32, (*redo.shape[:-1], a32.shape[-1]))
     # b's columns as contiguous rows: the gather below then reads memory in order
-    bt_ = np.ascontiguousarray(np.swapaxes(b64, -1, -2))
-    bb = np.broadcast_to(bt_, (*redo.shape[:-2], redo.shape[-1], b64.shape[-2]))
-    terms = ab[(*bt, i)] * bb[(*bt, j)]  # (n, K) exact products
+    bt_ = np.ascontiguousarray(np.swapaxes(b32, -1, -2))
+    bb = np.broadcast_to(bt_, (*redo.shape[:-2], redo.shape[-1], b32.shape[-2]))
+    terms = np.multiply(ab[(*bt, i)], bb[(*bt, j)], dtype=np.float64)  # (n, K) exact
     if c64 is not None:
         terms = np.concatenate([terms, np.asarray(c64)[idx][:, None]], axis=1)
     return np.asarray(terms)
@@ -270,22 +271,26 @@ def _rounds(t: np.ndarray, *, decide: bool) -> tuple[np.ndarray, np.ndarray, np.
     """
     n, k = t.shape
     mbits = max(k, 1).bit_length()  # 2**M > k
-    r = t.copy()
+    r = t
     rows = np.arange(n)
     cols: list[np.ndarray] = []
     done, v = np.zeros(n, bool), np.zeros(n, np.float32)
+    ar = np.abs(r)
     while rows.size:
-        mu = np.max(np.abs(r), axis=1, initial=0.0)
+        mu = np.max(ar, axis=1, initial=0.0)
         live = mu > 0
         if not live.all():
             r, rows, mu = r[live], rows[live], mu[live]
             if not rows.size:
                 break
+            ar = ar[live]
         _, e = np.frexp(mu)  # mu < 2**e
         sigma = np.ldexp(1.0, e + mbits)[:, None]
         q = r + sigma
         q -= sigma
-        r -= q  # exact: the rounding error of sigma + p
+        r = r - q  # exact: the rounding error of sigma + p (a new array: t is the caller's)
+        ar = np.abs(r)
+        rsum = ar.sum(axis=1)
         tau = np.zeros(n)
         tau[rows] = q.sum(axis=1)  # exact: multiples of eps sigma, at most sigma
         cols.append(tau)
@@ -293,22 +298,24 @@ def _rounds(t: np.ndarray, *, decide: bool) -> tuple[np.ndarray, np.ndarray, np.
             tt = np.stack(cols, axis=1)[rows]
             approx = tt.sum(axis=1)
             rad = len(cols) * 2.0**-50 * np.abs(tt).sum(axis=1)
-            rad += np.abs(r).sum(axis=1) * (1 + 2.0**-30) + 2.0**-51 * np.abs(approx)
+            rad += rsum * (1 + 2.0**-30) + 2.0**-51 * np.abs(approx)
             rad *= 1 + 2.0**-30
             with np.errstate(over="ignore"):
                 lo, hi = (approx - rad).astype(np.float32), (approx + rad).astype(np.float32)
             ok = (lo == hi) & (lo != 0)
             if len(cols) == 1:  # a near tie: the side of the midpoint decides
-                side = _side(tt[:, 0], r, lo, hi, k)
+                side = _side(tt[:, 0], r, rsum, lo, hi, k)
                 lo = np.where(side > 0, hi, lo)
                 ok |= side != 0
             if ok.any():
                 v[rows[ok]], done[rows[ok]] = lo[ok], True
-                r, rows = r[~ok], rows[~ok]
+                r, rows, ar = r[~ok], rows[~ok], ar[~ok]
     return done, v, np.stack(cols, axis=1) if cols else np.zeros((n, 1))
 
 
-def _side(tau: np.ndarray, r: np.ndarray, lo: np.ndarray, hi: np.ndarray, k: int) -> np.ndarray:
+def _side(
+    tau: np.ndarray, r: np.ndarray, rsum: np.ndarray, lo: np.ndarray, hi: np.ndarray, k: int
+) -> np.ndarray:
     """After one round, where ``lo``, ``hi`` (RN32 of the interval's ends) are adjacent
     nonzero finite floats of one sign, the exact sum ``tau + sum r`` is on one side of their
     midpoint ``mu`` or on it. ``d = tau - mu`` is exact (Sterbenz: the interval is far
@@ -323,7 +330,7 @@ def _side(tau: np.ndarray, r: np.ndarray, lo: np.ndarray, hi: np.ndarray, k: int
     mu = np.where(adj, (lo64 + hi64) * 0.5, 0.0)  # exact: a float32 midpoint in float64
     d = tau - mu
     d += r.sum(axis=1)
-    err = k * 2.0**-52 * np.abs(r).sum(axis=1) + 2.0**-52 * np.abs(d)
+    err = k * 2.0**-52 * rsum + 2.0**-52 * np.abs(d)  # rsum: the computed sum |r|
     return np.where(adj & (np.abs(d) > err), np.sign(d), 0.0)
 
 
