@@ -326,6 +326,9 @@ def test_exact32_every_path_against_the_oracle(
     want_c, want = _oracle32(a, b, c), _oracle32(a, b, None)
     assert (bits(got_c) == bits(want_c)).all() and (bits(got) == bits(want)).all()
     assert 0 < sum(taken) < got.size + got_c.size  # the exact path: some elements, not all
+    # c as a full matrix (not folded into the GEMM: the bound and exact tests with c)
+    full = np.ascontiguousarray(np.broadcast_to(c, got_c.shape))
+    assert (bits(exact32(a, b, full)) == bits(want_c)).all()
     # a float64 sum in index order (row 13), rounded to float32, is wrong here
     terms = a.astype(np.float64)[:, :, None] * b.astype(np.float64)[None, :, :]
     seq = np.cumsum(terms, axis=1)[:, -1].astype(np.float32)

@@ -137,8 +137,23 @@ def exact32(a: Any, b: Any, c: Any = None) -> np.ndarray:
 
     # 2. bound, on the rest: e = m (gamma_(K+1) + 2**-52): |s| <= m (1 + gamma), so m 2**-52
     # covers the rounding of s +- e (u |s +- e|); the 8 u this constant's and m e's roundings
-    idx = np.nonzero(undecided & ~zero) if undecided.any() else (np.zeros(0, np.intp),)
-    if idx[0].size:
+    todo = undecided & ~zero
+    n_todo = int(np.count_nonzero(todo))
+    g_e = _gamma(k + 1, U64) * (1.0 + 8 * U64) + 2.0**-52
+    if 2 * n_todo > todo.size:  # most elements: the same test on whole arrays, no gathers
+        with np.errstate(over="ignore", invalid="ignore"):
+            m = np.minimum(rs * cm, rm * cs)
+            m *= up
+            if c64 is not None:
+                m += np.abs(c64)
+                m *= 1.0 + 2 * U64  # the addition's rounding
+            e = m * g_e
+            open_ = (s - e).astype(np.float32)
+            e += s
+            open_ = open_ != e.astype(np.float32)
+        redo |= todo & open_
+    elif n_todo:
+        idx = np.nonzero(todo)
         ri, cj = idx[:-1], (*idx[:-2], idx[-1])
         rows, cols = s.shape[:-1], (*s.shape[:-2], s.shape[-1])
         rsi, rmi = (np.broadcast_to(x[..., 0], rows)[ri] for x in (rs, rm))
@@ -147,10 +162,10 @@ def exact32(a: Any, b: Any, c: Any = None) -> np.ndarray:
             m = np.minimum(rsi * cmj, rmi * csj) * up
             if c64 is not None:
                 m = (m + np.abs(c64[idx])) * (1.0 + 2 * U64)  # the addition's rounding
-            e = m * (_gamma(k + 1, U64) * (1.0 + 8 * U64) + 2.0**-52)
+            e = m * g_e
             si = s[idx]
-            open_ = (si - e).astype(np.float32) != (si + e).astype(np.float32)
-        redo[tuple(v[open_] for v in idx)] = True
+            sel = (si - e).astype(np.float32) != (si + e).astype(np.float32)
+        redo[tuple(v[sel] for v in idx)] = True
 
     if finite is not None and not finite.all():
         with np.errstate(over="ignore", invalid="ignore"):
