@@ -11,7 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from fpemu.validate.ops import Call, lookup, matmul  # noqa: E402
+from fpemu.validate.ops import matmul  # noqa: E402
 from fpemu.validate.watch.convert import to_numpy  # noqa: E402
 from fpemu.validate.watch.verdict import judge  # noqa: E402
 from tests.ops_nn_util import check, rerun  # noqa: E402
@@ -108,10 +108,7 @@ def test_gemm_catches_one_ulp_wherever_the_bound_allows(dt: torch.dtype) -> None
     """A one-ulp fault must be ``differs`` on every element whose exact value lies farther
     than the accumulation bound 2 gamma_(K+3) |a||b| from both midpoints around torch's
     result (there no float32 accumulation order could have rounded to the neighbour); the
-    exact value and the midpoints are computed here in float64 (exact for these sizes). The
-    faulty output is the one the emulation is given (``outputs``, as the watcher passes
-    torch's output): the emulation computes the tight bound where it differs from fpemu's
-    value, a looser one elsewhere (checked valid: at least the tight one everywhere)."""
+    exact value and the midpoints are computed here in float64 (exact for these sizes)."""
     a, b = _x(dt, 32, 64, seed=4), _x(dt, 64, 32, seed=5)
     outs, em = emulate(aten.mm.default, a, b)
     t = to_numpy(outs[0])
@@ -119,27 +116,15 @@ def test_gemm_catches_one_ulp_wherever_the_bound_allows(dt: torch.dtype) -> None
     exact = a64 @ b64  # products of 16-bit values and 64 of their sums are exact in float64
     k, u = 64, 2.0**-24
     bound = 2 * (k + 3) * u / (1 - (k + 3) * u) * (np.abs(a64) @ np.abs(b64))
-    assert (np.asarray(em[0].err, np.float64) >= bound).all()  # a valid bound everywhere
     tv = t.astype(np.float64)
     fmt_ulp = {torch.bfloat16: 2.0**-7, torch.float16: 2.0**-10}[dt]
     _, e = np.frexp(np.abs(tv))
     step = np.ldexp(fmt_ulp, e - 1)  # the format's spacing at torch's value (normal range)
     far = (np.abs(exact - (tv + step / 2)) > bound) & (np.abs(exact - (tv - step / 2)) > bound)
     assert far.sum() > 0.5 * far.size  # most elements are far from a midpoint: a real test
-    emulation = lookup("aten.mm.default")
-    args = (to_numpy(a), to_numpy(b))
-    plain = emulation(Call("aten.mm.default", args, {}, (t.dtype.name,)))[0]
-    assert plain is not None and (np.asarray(plain.err, np.float64) >= bound).all()
     for i in np.flatnonzero(far.ravel()):
         faulty = one_ulp_off(t, int(i))
-        out = emulation(Call("aten.mm.default", args, {}, (t.dtype.name,),
-                             options={"outputs": [faulty]}))[0]  # fmt: skip
-        assert out is not None and judge(faulty, out).verdict == "differs", (int(i),)
-        # where torch's value differs, the bound is the two-GEMM one (up to m's rounding)
-        tight = float(np.asarray(plain.err).ravel()[i])
-        assert abs(float(np.asarray(out.err).ravel()[i]) - tight) <= tight * 2.0**-16
-        # without torch's output, every element's bound is the tight one (two GEMMs)
-        assert judge(faulty, plain).verdict == "differs", (int(i),)
+        assert judge(faulty, em[0]).verdict == "differs", (int(i), float(exact.ravel()[i]))
 
 
 def test_capabilities() -> None:

@@ -10,14 +10,12 @@ rounding, the ``+ c`` and the alpha/beta scalings). fpemu's own value ``v`` is a
 GEMM of the same operands (within ``gamma_{K+3} m`` of ``s`` by the same argument), so the
 kernel's value before its final rounding lies within ``2 gamma_{K+3} m`` of ``v``; ``m`` itself
 is a float32 GEMM of the absolute values, a sum of non-negative terms, at least
-``(1 - gamma_K)`` times the true one, which the bound divides out. The judge reads the bound
-only where torch's value differs from fpemu's: when the watcher passes torch's output and at
-most 1/8 of it differs, ``m`` is computed there only (float64 dot products of the gathered
-rows and columns), and elsewhere replaced by one looser valid bound, ``min(max rowsum |a|
-max |b|, max |a| max colsum |b|) + max |c|`` (:func:`_sparse_err`): the same bound where it
-is read (up to the rounding of ``m``), one GEMM instead of two. bfloat16/float16 kernels may
-flush subnormals: :func:`_flushed` adds what that can lose. Only float32 BLAS calls: no
-float64 GEMM in the hot path. The kernel's result is then rounded once to the output dtype
+``(1 - gamma_K)`` times the true one, which the bound divides out (a cheaper ``m`` was tried:
+the bound computed only where torch's output differs from fpemu's value, a looser one
+elsewhere; on the bench GPT's GEMMs its gathers cost more than the float32 GEMM of ``|a||b|``
+they replace). bfloat16/float16 kernels may flush subnormals: :func:`_flushed` adds what that
+can lose. Only float32 BLAS calls: no float64 GEMM in the hot path. The kernel's result is
+then rounded once to the output dtype
 (measured on torch 2.13: bfloat16 ``addmm`` equals the correctly rounded ``c + a b`` on
 64x256x32 random inputs, while rounding ``a b`` to bfloat16 before adding ``c`` differs in 530
 of 2048 outputs).
@@ -88,19 +86,17 @@ def gemm(
     # subnormal spacing of the accumulation format (and m * factor may flush to zero)
     fac = 2 * _gamma(k + 3, u) / (1 - _gamma(k, u)) * (1 + 2.0**-20)
     floor = (k + 3) * (2.0**-149 if wide is np.float32 else 2.0**-1074)
-    flush = _flushed(a, b, abs(alpha)) if fmt(a) in _TINY or fmt(b) in _TINY else 0.0
-    diff = _differs(call, value)
+    aa, bb = np.abs(a_), np.abs(b_)
+    low = fmt(a) in _TINY or fmt(b) in _TINY
+    flush = _flushed(aa, bb, fmt(a), fmt(b), abs(alpha)) if low else 0.0
     with np.errstate(over="ignore"):
-        if diff is None or 8 * np.count_nonzero(diff) > diff.size:
-            mag = np.matmul(np.abs(a_), np.abs(b_))
-            if alpha != 1.0:
-                mag *= wide(abs(alpha))
-            if cw is not None:
-                mag += np.abs(cw)
-            err = mag * wide(fac)
-            err += wide(floor)
-        else:
-            err = _sparse_err(a_, b_, cw, abs(alpha), s.shape, diff, fac, floor, wide)
+        mag = np.matmul(aa, bb)
+        if alpha != 1.0:
+            mag *= wide(abs(alpha))
+        if cw is not None:
+            mag += np.abs(cw)
+        err = mag * wide(fac)
+        err += wide(floor)
         if np.any(flush):
             err = err + np.asarray(flush * (1 + 2.0**-20), wide)
     reason = (
@@ -116,71 +112,24 @@ def gemm(
 _TINY = {"bfloat16": 2.0**-126, "float16": 2.0**-14}
 
 
-def _flushed(a: np.ndarray, b: np.ndarray, alpha: float) -> Any:
+def _flushed(aa: np.ndarray, bb: np.ndarray, fa: str, fb: str, alpha: float) -> Any:
     """What a kernel that flushes subnormals may lose, beyond Higham's bound: each of the
     K + 3 float32 results below 2**-126 (products and partial sums), and every term with a
     subnormal operand (``|a_ik| < tiny``: the term is at most ``|a_ik| |b_kj|``, so the lost
-    sum is at most ``(sum of row i's subnormal |a|) max_k |b_kj|``, likewise for ``b``)."""
-    k = a.shape[-1]
-    out: Any = (k + 3) * 2.0**-126
-    for x, axis in ((a, -1), (b, -2)):
-        tiny = _TINY.get(fmt(x))
-        if tiny is None:
+    sum is at most ``(sum of row i's subnormal |a|) max_k |b_kj|``, likewise for ``b``).
+    ``aa``, ``bb``: the operands' magnitudes; a scalar unless an operand holds a subnormal."""
+    out: Any = (aa.shape[-1] + 3) * 2.0**-126
+    for x, name, axis in ((aa, fa, -1), (bb, fb, -2)):
+        tiny = _TINY.get(name)
+        # no subnormal: every magnitude below the smallest normal is a zero (cheap counts)
+        if tiny is None or np.count_nonzero(x < tiny) == np.count_nonzero(x == 0):
             continue
-        ax = np.abs(x.astype(np.float64))
-        sub = np.where(ax < tiny, ax, 0.0)
-        if not sub.any():
-            continue
-        other = np.abs((b if axis == -1 else a).astype(np.float64))
+        sub = np.sum(x * (x < tiny), axis=axis, keepdims=True, dtype=np.float64)
         if axis == -1:  # rows of a: (sum over k of subnormal |a_ik|) * max_k |b_kj|
-            out = out + alpha * sub.sum(-1, keepdims=True) * other.max(-2, keepdims=True)
+            out = out + alpha * sub * np.max(bb, axis=-2, keepdims=True).astype(np.float64)
         else:
-            out = out + alpha * other.max(-1, keepdims=True) * sub.sum(-2, keepdims=True)
+            out = out + alpha * np.max(aa, axis=-1, keepdims=True).astype(np.float64) * sub
     return out
-
-
-def _differs(call: Call, value: np.ndarray) -> np.ndarray | None:
-    """Where torch's output (``call.options["outputs"][0]``, as the watcher passes it) differs
-    from ``value`` bit for bit; None without it."""
-    outs = call.options.get("outputs")
-    if not outs:
-        return None
-    t = np.asarray(outs[0])
-    if t.dtype != value.dtype or t.size != value.size:
-        return None
-    w = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[t.itemsize]
-    tb = np.ascontiguousarray(t).reshape(value.shape).view(w)
-    return np.asarray(tb != np.ascontiguousarray(value).view(w))
-
-
-def _sparse_err(
-    a: np.ndarray, b: np.ndarray, cw: Any, alpha: float, shape: tuple[int, ...],
-    diff: np.ndarray, fac: float, floor: float, wide: Any,
-) -> np.ndarray:  # fmt: skip
-    """The bound where most of torch's output equals fpemu's value (the judge reads ``err``
-    only where they differ): there ``m = |alpha| sum |a b| + |c|`` by float64 dot products
-    of the gathered rows and columns (exact products; the float64 sum at least
-    ``(1 - gamma_K)`` times the true one, which ``fac`` already divides out); elsewhere the one
-    looser, still valid bound ``|alpha| min(max_i rowsum_i max_j colmax_j, max_i rowmax_i
-    max_j colsum_j) + max |c|`` (float64 sums of non-negative values, the same argument)."""
-    aa, bb = np.abs(a).astype(np.float64), np.abs(b).astype(np.float64)
-    g = alpha * min(
-        float(np.max(aa.sum(-1), initial=0.0)) * float(np.max(bb, initial=0.0)),
-        float(np.max(aa, initial=0.0)) * float(np.max(bb.sum(-2), initial=0.0)),
-    )
-    if cw is not None:
-        g += float(np.max(np.abs(cw), initial=0.0))
-    err = np.full(shape, wide(g * fac + floor), wide)
-    idx = np.nonzero(diff)
-    if idx[0].size:
-        bt, i, j = idx[:-2], idx[-2], idx[-1]
-        ab = np.broadcast_to(aa, (*shape[:-1], aa.shape[-1]))
-        bbt = np.broadcast_to(np.swapaxes(bb, -1, -2), (*shape[:-2], shape[-1], bb.shape[-2]))
-        m = alpha * np.einsum("nk,nk->n", ab[(*bt, i)], bbt[(*bt, j)])
-        if cw is not None:
-            m += np.abs(np.broadcast_to(cw, shape)[idx]).astype(np.float64)
-        err[idx] = m * fac + floor
-    return err
 
 
 #: models that take float32/float64 inputs (the ordered chains); a tensor-core model does not
