@@ -1,5 +1,6 @@
 """The exact dot product rounded once to float32 (``emulate``'s ``model="fast"``): a float64 BLAS
-GEMM where a derived bound proves its float32 rounding, a vectorised exact summation elsewhere.
+GEMM where it is provably exact (:func:`exact32`'s grid test) or a derived bound proves its
+float32 rounding, a vectorised exact summation elsewhere.
 
 The exact path splits each dot product's terms as Rump, Ogita and Oishi's ``ExtractVector``
 does ("Accurate floating-point summation part I", SIAM J. Sci. Comput. 31(1), 2008, Alg. 3.2):
@@ -13,14 +14,16 @@ underflow or overflow in our range)
 * ``r = p - q`` exactly: it is the rounding error of ``fl(sigma + p)``, always representable;
 * every partial sum of the ``q`` (any order, NumPy's pairwise one included) is a multiple of
   ``eps sigma`` of magnitude at most ``n (2**-M + eps) sigma <= sigma``, so it is exact: the
-  row's ``tau = sum q`` is exact, and ``sum p = tau + sum r`` with ``|r| <= eps sigma``.
+  row's ``tau = sum q`` is exact, and ``sum p = tau + sum r`` with ``|r| <= eps sigma``
+  (``n eps <= 2**-M`` needs ``M <= 26``: longer rows are taken in chunks of ``2**20``).
 
-Repeating on ``r`` shrinks its magnitude by ``2**(52 - M)`` a round; the terms are multiples of
-a fixed power of two (``2**-298`` for products of float32 values), so the remainders reach zero
-after a few rounds, and the row's exact sum is the sum of its few ``tau``. :func:`math.fsum` of
-those is RN64 of the exact sum; a float32 tie of that float64 value is broken by the sign of
-the exact residual (double rounding can differ only there: float32's midpoints are float64
-values, and RN64 keeps the exact sum on its side of one).
+A row stops as soon as its float32 rounding is decided (:func:`_rounds`). Repeating on ``r``
+shrinks its magnitude by ``2**(52 - M)`` a round; the terms are multiples of a fixed power of
+two (``2**-298`` for products of float32 values), so the remainders reach zero after a few
+rounds, and the row's exact sum is the sum of its few ``tau``. :func:`math.fsum` of those is
+RN64 of the exact sum; a float32 tie of that float64 value is broken by the sign of the exact
+residual (double rounding can differ only there: float32's midpoints are float64 values, and
+RN64 keeps the exact sum on its side of one).
 
 >>> x = np.float32([[2.0**24, 1.0, 1.0]]); y = np.float32([[1.0], [1.0], [1.0]])
 >>> float(exact32(x, y)[0, 0]) == 2.0**24 + 2  # a float32 chain would give 2**24
