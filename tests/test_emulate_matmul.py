@@ -18,6 +18,7 @@ torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
 import fpemu  # noqa: E402
+from fpemu.validate.ops import _exact  # noqa: E402
 from fpemu.validate.ops.matmul import exact32  # noqa: E402
 from reference.dot import exact_dot  # noqa: E402
 from reference.rounding import round_value  # noqa: E402
@@ -270,3 +271,89 @@ def test_exact32_tiny_products_and_zero_signs() -> None:
     assert got[5, 0] == 0 and np.signbit(got[5, 0])  # -2**-151 rounds to -0
     assert got[2, 0] == 0 and not np.signbit(got[2, 0])  # t - t: +0
     assert got[4, 1] == np.float32(2.0**-60)  # (1 + 2**-60) - 1 in float64 would be 0
+
+
+def _paths_case(name: str, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Rows for each of exact32's tests: narrow-range rows (a float64 sum is exact: the grid
+    test), wide-range rows (the bound test), a float32 midpoint made of low-precision terms,
+    and rows beyond the grid test, where a float64 sum taken big terms first is not exact."""
+    rng = np.random.default_rng(seed)
+    k, n = 64, 12
+    a = rng.standard_normal((16, k)) * np.exp2(rng.integers(-3, 3, (16, k)))
+    b = rng.standard_normal((k, n)) * np.exp2(rng.integers(-3, 3, (k, n)))
+    a[8:12] *= np.exp2(rng.integers(-14, 10, (4, k)))  # wide rows
+    b[:, 8:] *= np.exp2(rng.integers(-14, 10, (k, 4)))
+    c = rng.standard_normal(n) * 2
+    a[12], b[:, 0] = 0.0, 0.0
+    a[12, :2], b[:2, 0] = [1.0, 1.0], [1.0, 2.0**-24]  # 1 + 2**-24: a float32 tie, even: 1
+    # 16 B + 16 t - 16 B with t = ((1 + u) sc)**2 (its last bit 2**-2(p+e)) and B a big
+    # product, and zeros: a float64 sum that adds a t to a multiple of B drops t's last bits
+    # (BLAS's lanes, index order); the bias -B is folded into the GEMM
+    u, sc, b1, b2 = (2.0**-10, 2.0**-14, 2.0**8, 2.0**7) if name == "float16" else (
+        2.0**-7, 1.0, 2.0**24, 2.0**23)  # fmt: skip
+    a[13, :16], a[13, 16:32], a[13, 32:48], a[13, 48:] = b1, (1 + u) * sc, -b1, 0.0
+    b[:16, 1], b[16:32, 1], b[32:48, 1] = b2, (1 + u) * sc, b2
+    a[14], b[:, 2] = 0.0, 0.0
+    a[14, :2], b[:2, 2] = [(1 + u) * sc, b1], [(1 + u) * sc, b2]
+    c[2] = -b1 * b2
+    # B + t - B with m just beyond the grid test's limit 2**(53 + q) (bfloat16: q = -14)
+    h1, h2 = (b1, b2) if name == "float16" else (2.0**20, 2.0**19)
+    a[15], b[:, 3] = 0.0, 0.0
+    a[15, :3], b[:3, 3] = [h1, (1 + u) * sc, -h1], [h2, (1 + u) * sc, h2]
+    lowt = LOW[name][1]
+    return a.astype(lowt), b.astype(lowt), c.astype(lowt)
+
+
+@pytest.mark.parametrize("name", ["float16", "bfloat16"])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_exact32_every_path_against_the_oracle(
+    name: str, seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """exact32 (grid, bound and exact tests, the bias folded into the GEMM) against RN32 of
+    the exact sum (reference/ Fractions); the data make a float64 sum rounded to float32
+    wrong (the test can fail), and take some but not all elements to the exact path."""
+    a, b, c = _paths_case(name, seed)
+    taken: list[int] = []
+    orig = _exact.exact_sums32
+
+    def counting(terms: np.ndarray, **kw: Any) -> np.ndarray:
+        taken.append(len(terms))
+        return orig(terms, **kw)
+
+    monkeypatch.setattr(_exact, "exact_sums32", counting)
+    got_c, got = exact32(a, b, c), exact32(a, b)
+    monkeypatch.undo()
+    want_c, want = _oracle32(a, b, c), _oracle32(a, b, None)
+    assert (bits(got_c) == bits(want_c)).all() and (bits(got) == bits(want)).all()
+    assert 0 < sum(taken) < got.size + got_c.size  # the exact path: some elements, not all
+    # c as a full matrix (not folded into the GEMM: the bound and exact tests with c)
+    full = np.ascontiguousarray(np.broadcast_to(c, got_c.shape))
+    assert (bits(exact32(a, b, full)) == bits(want_c)).all()
+    # a float64 sum in index order (row 13), rounded to float32, is wrong here
+    terms = a.astype(np.float64)[:, :, None] * b.astype(np.float64)[None, :, :]
+    seq = np.cumsum(terms, axis=1)[:, -1].astype(np.float32)
+    assert (bits(seq) != bits(want)).any()
+    # batched (bmm): each matrix of the batch as above
+    ab, bb = np.stack([a, a[::-1]]), np.stack([b, b[:, ::-1]])
+    got_b = exact32(ab, bb)
+    assert (bits(got_b[0]) == bits(want)).all()
+    assert (bits(got_b[1]) == bits(_oracle32(a[::-1], b[:, ::-1], None))).all()
+
+
+def test_a_failed_emulation_keeps_torchs_value() -> None:
+    """The matmul family runs torch's meta kernel, not its CPU kernel; an emulation that
+    refuses (alpha != 1 on a tensor-core model) is counted failed and torch's own value is
+    returned (its CPU kernel then runs); under strict it raises. The views of a result are
+    the result's memory (counted emulated, nothing computed)."""
+    a, b, c = data((5, 24), (24, 6), (6,), seed=11)
+    a, b, c = a.half(), b.half(), c.half()
+    with fpemu.emulate(policy="torch_cuda_fp16", model="h100") as em:
+        y = torch.addmm(c, a, b, alpha=2.0)
+        yt = y.t()
+    want = torch.addmm(c, a, b, alpha=2.0)
+    assert (bits(tnp(y)) == bits(tnp(want))).all() and yt.data_ptr() == y.data_ptr()
+    assert em.counts["failed"] == 1 and "alpha=2.0" in em.failed["aten.addmm.default"]
+    assert em.emulated.get("aten.t.default") == 1
+    with pytest.raises(ValueError, match="alpha"):
+        with fpemu.emulate(policy="torch_cuda_fp16", model="h100", strict=True):
+            torch.addmm(c, a, b, alpha=2.0)

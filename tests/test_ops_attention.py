@@ -3,6 +3,8 @@ derived bound, on random and adversarial inputs, and a fault beyond the bound is
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -144,3 +146,27 @@ def test_registered() -> None:
         "aten._scaled_dot_product_flash_attention_for_cpu_backward.default",
     ):
         assert op in have
+
+
+@pytest.mark.parametrize("case", CASES[:5], ids=str)
+@pytest.mark.parametrize("dt", DTYPES, ids=str)
+def test_emulate_value_is_the_watch_center(dt: torch.dtype, case: tuple) -> None:
+    """Under emulate (call.model set) only the value is computed: it equals, bit for bit, the
+    value watch derives its bound around (the same float64 center rounded once), forward and
+    backward, masks and fully masked rows included; its bound is not claimed (infinite)."""
+    q, k, v, causal, kw, go = _inputs(dt, case, 5)
+    if "attn_mask" in kw:
+        kw["attn_mask"][2] = -float("inf")  # a fully masked row
+    for op, args in ((FWD, (q, k, v, 0.0, causal)), (BWD, None)):
+        if args is None:
+            out, lse = _run(FWD, q, k, v, 0.0, causal, **kw)
+            args = (go, q, k, v, out, lse, 0.0, causal)
+        outs, watched = _run(emulate, op, *args, **kw)
+        np_args = tuple(to_numpy(a) if isinstance(a, torch.Tensor) else a for a in args)
+        np_kw = {n: to_numpy(t) for n, t in kw.items()}
+        call = Call(str(op), np_args, np_kw, tuple(_fmt(to_numpy(t)) for t in outs))
+        emulated = lookup(str(op))(dataclasses.replace(call, model="fast"))
+        for w, e in zip(watched, emulated, strict=True):
+            assert w is not None and e is not None and np.isinf(e.err).all()
+            assert w.value.dtype == e.value.dtype
+            assert (w.value.view(np.uint8) == e.value.view(np.uint8)).all()

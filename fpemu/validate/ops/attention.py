@@ -72,32 +72,39 @@ def _q_block(lq: int) -> int:
     return 256 if lq >= 768 else 64 if lq >= 192 else 32
 
 
-def _scores(call: Call, q: np.ndarray, k: np.ndarray, causal: bool) -> tuple[Any, ...]:
+def _scores(call: Call, q: np.ndarray, k: np.ndarray, causal: bool, *,
+            bound: bool = True) -> tuple[Any, ...]:  # fmt: skip
     """Exact scores s = scale*(q k^T) + mask in float64 with the kernel's float32 scale, and
     e_s: a bound on the kernel's float32 s (GEMM of D products, the scale, the mask add); both
-    0 / -inf where the key is masked out (causal or a -inf mask). In-place to save passes."""
+    0 / -inf where the key is masked out (causal or a -inf mask). In-place to save passes.
+    Without ``bound`` (emulate: the value only), e_s is None."""
     d = q.shape[-1]
     sc = call.kwargs.get("scale")
     scale = float(np.float32(1.0 / math.sqrt(d) if sc is None else sc))
     s = _mm(q, np.swapaxes(k, -1, -2))
-    e_s = _mm(np.abs(q), np.swapaxes(np.abs(k), -1, -2))
+    e_s = _mm(np.abs(q), np.swapaxes(np.abs(k), -1, -2)) if bound else None
     mask = call.kwargs.get("attn_mask")
     with np.errstate(invalid="ignore", over="ignore"):
         s *= scale
-        e_s *= gamma(d) * scale
-        e_s += gamma(2) * np.abs(s)
+        if e_s is not None:
+            e_s *= gamma(d) * scale
+            e_s += gamma(2) * np.abs(s)
         if mask is not None:
             mk = np.asarray(mask, np.float64)
             shape = np.broadcast_shapes(s.shape, mk.shape)
             if shape != s.shape:
-                s, e_s = np.broadcast_to(s, shape).copy(), np.broadcast_to(e_s, shape).copy()
+                s = np.broadcast_to(s, shape).copy()
+                e_s = None if e_s is None else np.broadcast_to(e_s, shape).copy()
             s += mk
-            e_s += gamma(2) * np.abs(mk)
-        e_s *= 1 + gamma(2)
+            if e_s is not None:
+                e_s += gamma(2) * np.abs(mk)
+        if e_s is not None:
+            e_s *= 1 + gamma(2)
     if causal:
         lq, lk = s.shape[-2], s.shape[-1]
         np.copyto(s, -np.inf, where=np.triu(np.ones((lq, lk), bool), 1))
-    np.copyto(e_s, 0.0, where=np.isneginf(s))
+    if e_s is not None:
+        np.copyto(e_s, 0.0, where=np.isneginf(s))
     return s, e_s, scale
 
 
@@ -142,12 +149,20 @@ def _forward_bound(call: Call) -> tuple[Any, ...]:
     )
     causal = bool(call.arg(4, "is_causal", False))
     name = call.out_dtypes[0]
-    s, e_s, _ = _scores(call, q, k, causal)
+    s, e_s, _ = _scores(call, q, k, causal, bound=call.model is None)
     lk = s.shape[-1]
     blocks = -(-lk // _KV_BLOCK)
     finite = ~np.isneginf(s)
     empty = ~finite.any(axis=-1, keepdims=True)  # fully masked rows: out 0, lse 0 (kernel)
-    m = np.where(empty, 0.0, np.max(np.where(finite, s, -np.inf), axis=-1, keepdims=True))
+    m = np.where(empty, 0.0, np.max(s, axis=-1, keepdims=True))  # s is -inf where masked
+    if e_s is None:  # emulate: the center only (the same operations as below)
+        with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+            p = np.exp(s - m)
+            S = p.sum(-1, keepdims=True)
+            o = _mm(p, v) / np.where(empty, 1.0, S)
+            np.copyto(o, 0.0, where=empty)
+            lse = np.where(empty, 0.0, m + np.log(np.where(empty, 1.0, S)))
+        return o, np.inf, lse[..., 0], np.inf
     low = name != "float32"
     p, rho = _probs(s, m, e_s, _FEXP if low else _EXP_U20, 3 if low else 1)
     if blocks > 1:
@@ -160,14 +175,21 @@ def _forward_bound(call: Call) -> tuple[Any, ...]:
     S = p.sum(-1, keepdims=True)
     N = _mm(p, v)
     es = (p * rho).sum(-1, keepdims=True) + gamma(lk + 2 * blocks) * big.sum(-1, keepdims=True)
-    tiny_t = np.where(finite, tiny * np.exp(e_s.max()), 0.0)
-    en = _mm(p * rho + u_low * big + tiny_t, av)
-    en += gamma(lk + blocks) * _mm(big * (1 + u_low) + tiny_t, av) + (lk + 2) * _UFL
+    tiny_t = finite * (tiny * np.exp(e_s.max()))  # 0 where masked
+    # EN = sum |v| (p rho + u_low big + tiny) + g sum |v| (big (1 + u_low) + tiny): one GEMM of
+    # the sum (non-negative terms: its float64 error is within the 2**-20 widening)
+    g_en = gamma(lk + blocks)
+    w = p * rho
+    w += (u_low + g_en * (1 + u_low)) * big
+    w += (1 + g_en) * tiny_t
+    en = _mm(w, av) + (lk + 2) * _UFL
     with np.errstate(invalid="ignore", divide="ignore"):
-        o = np.where(empty, 0.0, N / np.where(empty, 1.0, S))
+        o = N / np.where(empty, 1.0, S)
+        np.copyto(o, 0.0, where=empty)
         e_o = (en + np.abs(o) * es) / (S - es)
         e_o = e_o + gamma(2) * (np.abs(o) + e_o) + tiny
-        e_o = np.where(empty | (S - es <= 0), np.where(empty, 0.0, np.inf), e_o)
+        np.copyto(e_o, np.inf, where=S - es <= 0)
+        np.copyto(e_o, 0.0, where=empty)
         lse = np.where(empty, 0.0, m + np.log(np.where(empty, 1.0, S)))
         e_l = -np.log1p(-np.minimum(es / S, 1.0)) + 2.0**-23 * np.abs(np.log(S)) + U32 * np.abs(lse)
         e_l = np.where(empty[..., 0:1], 0.0, e_l)
@@ -188,14 +210,20 @@ def _no_dropout(call: Call) -> None:
         raise NotImplementedError(f"dropout_p={p}: the kernel's random mask is not emulated")
 
 
+_REASON_EMU = ("emulate: fpemu's attention (exact softmax attention in float64, rounded once "
+               "to the output format); the kernel's error bound is not computed")  # fmt: skip
+
+
 @register("aten._scaled_dot_product_flash_attention_for_cpu.default")
 def flash_attention(call: Call) -> list[Out | None]:
     """``(query, key, value, dropout_p=0, is_causal=False, *, attn_mask=None, scale=None) ->
-    (output, logsumexp)``, bounded (see :func:`_forward_bound`)."""
+    (output, logsumexp)``, bounded (see :func:`_forward_bound`). Under ``emulate``
+    (``call.model`` set) only the value is computed: the bound is infinite."""
     _no_dropout(call)
     o, e_o, lse, e_l = _forward_bound(call)
-    return [bounded(to(o, call.out_dtypes[0]), e_o, _REASON_F, center=o),
-            bounded(to(lse, call.out_dtypes[1]), e_l, _REASON_F, center=lse)]  # fmt: skip
+    why = _REASON_F if call.model is None else _REASON_EMU
+    return [bounded(to(o, call.out_dtypes[0]), e_o, why, center=o),
+            bounded(to(lse, call.out_dtypes[1]), e_l, why, center=lse)]  # fmt: skip
 
 
 _REASON_B = ("flash attention backward: p = exp(s - lse) (1 ulp), float32 GEMMs (order "
@@ -227,43 +255,65 @@ def flash_attention_backward(call: Call) -> list[Out | None]:
     causal = bool(call.arg(7, "is_causal", False))
     name = call.out_dtypes[0]
     u_low, tiny = _UNIT[name], _TINY[name]
-    s, e_s, scale = _scores(call, q, k, causal)
+    s, e_s, scale = _scores(call, q, k, causal, bound=call.model is None)
     lq, lk, d = s.shape[-2], s.shape[-1], q.shape[-1]
+    names = call.out_dtypes
+    if e_s is None:  # emulate: the centers only (the same operations as below)
+        with np.errstate(invalid="ignore", over="ignore"):
+            p = np.exp(s - lse)
+        ds = p * (_mm(go, np.swapaxes(v, -1, -2)) - (go * out).sum(-1, keepdims=True))
+        centers = (scale * _mm(ds, k), scale * _mm(np.swapaxes(ds, -1, -2), q),
+                   _mm(np.swapaxes(p, -1, -2), go))  # fmt: skip
+        return [bounded(to(x, nm), np.inf, _REASON_EMU, center=x)
+                for x, nm in zip(centers, names, strict=True)]  # fmt: skip
     bq = -(-lq // _q_block(lq))
     bk = -(-lk // _KV_BLOCK)
     finite = ~np.isneginf(s)
     low = name != "float32"
     p, rho = _probs(s, lse, e_s, _FEXP if low else _EXP_U10, 3 if low else 1)
-    tiny_t = np.where(finite, tiny, 0.0)
+    tiny_t = finite * tiny  # 0 where masked
     rho1 = (1 + rho) * (1 + u_low) - 1
     agt = np.abs(go)
     dv = _mm(np.swapaxes(p, -1, -2), go)
-    mag_v = _mm(np.swapaxes(p * (1 + rho1) + tiny_t, -1, -2), agt)
-    e_dv = _mm(np.swapaxes(p * rho1 + tiny_t, -1, -2), agt) + gamma(lq + 2) * mag_v
-    e_dv += gamma(bq, u_low) * (mag_v + e_dv) if u_low else 0.0
-    e_dv += (lq + 4) * _UFL
+    # e_dv = E + g M, then + g' (M + e_dv), E = sum (p rho1 + tiny)|dO|, M = sum (p (1 + rho1) +
+    # tiny)|dO|: one GEMM of (1 + g') (p rho1 + tiny) + (g (1 + g') + g') (p (1 + rho1) + tiny)
+    # (non-negative terms: its float64 error is within the 2**-20 widening); likewise dQ, dK
+    g, g_ = gamma(lq + 2), gamma(bq, u_low) if u_low else 0.0
+    c1, c2 = 1 + g_, g * (1 + g_) + g_
+    w = (c1 + c2) * (p * rho1)
+    w += c2 * p
+    w += (c1 + c2) * tiny_t
+    e_dv = _mm(np.swapaxes(w, -1, -2), agt) + (lq + 4) * _UFL
     dp = _mm(go, np.swapaxes(v, -1, -2))
     e_dp = gamma(d) * _mm(agt, np.swapaxes(np.abs(v), -1, -2))
     dd = (go * out).sum(-1, keepdims=True)
     e_d = gamma(d + 1) * np.abs(go * out).sum(-1, keepdims=True)
     diff = dp - dd
     ds = p * diff
-    e_ds = (p * rho * np.abs(diff) + p * (1 + rho) * (e_dp + e_d)) * (1 + gamma(2))
-    e_ds += gamma(2) * p * (1 + rho) * np.abs(diff)
-    e_ds = np.where(finite, e_ds + u_low * (np.abs(ds) + e_ds) + tiny_t + 4 * _UFL, 0.0)
-    ads = np.abs(ds) + e_ds
+    ad = np.abs(diff)
+    pr = p * rho
+    p1 = p + pr  # p (1 + rho)
+    # (p rho |dP - D| + p (1 + rho)(e_dp + e_d))(1 + g2) + g2 p (1 + rho) |dP - D|
+    g2 = gamma(2)
+    e_ds = pr * ad
+    e_ds += p1 * (e_dp + e_d)
+    e_ds *= 1 + g2
+    e_ds += g2 * p1 * ad
+    e_ds *= 1 + u_low
+    e_ds += u_low * np.abs(ds) + tiny_t + 4 * _UFL
+    np.copyto(e_ds, 0.0, where=~finite)
+    ads = np.abs(ds)
+    # e_dq = scale (E + g M) then + g' (M + e_dq), E = sum e_ds |k|, M = sum (|dS| + e_ds)|k|
+    gq, gq_ = gamma(lk + 3), gamma(bk, u_low) if u_low else 0.0
+    cq1, cq2 = 1 + gq_, gq * (1 + gq_) + gq_
     dq = scale * _mm(ds, k)
-    mag_q = scale * _mm(ads, np.abs(k))
-    e_dq = scale * _mm(e_ds, np.abs(k)) + gamma(lk + 3) * mag_q
-    e_dq += gamma(bk, u_low) * (mag_q + e_dq) if u_low else 0.0
-    e_dq += (lk + 4) * _UFL
+    e_dq = scale * _mm((cq1 + cq2) * e_ds + cq2 * ads, np.abs(k)) + (lk + 4) * _UFL
+    gk, gk_ = gamma(lq + 3), gamma(bq, u_low) if u_low else 0.0
+    ck1, ck2 = 1 + gk_, gk * (1 + gk_) + gk_
     dk = scale * _mm(np.swapaxes(ds, -1, -2), q)
-    mag_k = scale * _mm(np.swapaxes(ads, -1, -2), np.abs(q))
-    e_dk = scale * _mm(np.swapaxes(e_ds, -1, -2), np.abs(q)) + gamma(lq + 3) * mag_k
-    e_dk += gamma(bq, u_low) * (mag_k + e_dk) if u_low else 0.0
-    e_dk += (lq + 4) * _UFL
+    wk = (ck1 + ck2) * e_ds + ck2 * ads
+    e_dk = scale * _mm(np.swapaxes(wk, -1, -2), np.abs(q)) + (lq + 4) * _UFL
     e_dq, e_dk, e_dv = (e + tiny for e in (e_dq, e_dk, e_dv))  # a subnormal result flushed
-    names = call.out_dtypes
     return [bounded(to(dq, names[0]), e_dq * _SLACK, _REASON_B, center=dq),
             bounded(to(dk, names[1]), e_dk * _SLACK, _REASON_B, center=dk),
             bounded(to(dv, names[2]), e_dv * _SLACK, _REASON_B, center=dv)]  # fmt: skip
