@@ -127,6 +127,25 @@ def test_gemm_catches_one_ulp_wherever_the_bound_allows(dt: torch.dtype) -> None
         assert judge(faulty, em[0]).verdict == "differs", (int(i), float(exact.ravel()[i]))
 
 
+@pytest.mark.parametrize("dt", [torch.bfloat16, torch.float32])
+def test_gemm_lazy_bound_both_routes_cover_the_accumulation_bound(dt: torch.dtype) -> None:
+    """The GEMM bound is computed only where asked: by gathered float64 dot products for a few
+    elements, by the float32 GEMM of magnitudes for many. Both cover 2 gamma_(K+3) |a||b|
+    (computed here in float64) and agree to float32's accuracy."""
+    a, b = _x(dt, 48, 96, seed=8), _x(dt, 96, 40, seed=9)
+    _, em = emulate(aten.addmm.default, _x(dt, 48, 40, seed=10), a, b)
+    a64, b64 = a.double().numpy(), b.double().numpy()
+    k, u = 96, 2.0**-24
+    need = 2 * (k + 3) * u / (1 - (k + 3) * u) * (np.abs(a64) @ np.abs(b64)).ravel()
+    few = np.arange(0, 48 * 40, 97)  # well under an eighth of the elements: gathers
+    every = np.arange(48 * 40)  # all of them: the GEMM of magnitudes
+    got_few, got_all = em[0].bounds_at(few), em[0].bounds_at(every)
+    assert got_few is not None and got_all is not None
+    assert (got_few[1] >= need[few]).all() and (got_all[1] >= need).all()
+    assert np.allclose(got_few[1], got_all[1][few], rtol=1e-5, atol=0)
+    assert np.array_equal(got_few[0], got_all[0][few])
+
+
 def test_capabilities() -> None:
     rerun(__file__)
 
