@@ -173,6 +173,60 @@ def test_same_bits_any_thread_count_and_capability() -> None:
     assert len(outs[0].splitlines()) == 6 and outs[0] == outs[1]
 
 
+_DET_GPT = textwrap.dedent(
+    """
+    import sys, hashlib, torch, numpy as np, fpemu
+    from tests.watch_zoo import GPT
+    torch.set_num_threads(int(sys.argv[1]))
+    rng = np.random.default_rng(0)
+    model = GPT(vocab=65, d=64, t=32, layers=2, heads=4, sdpa=True)
+    with torch.no_grad():  # weights from NumPy's generator (torch.randn differs by capability)
+        for p in model.parameters():
+            p.copy_(torch.from_numpy(rng.standard_normal(p.shape).astype(np.float32) * 0.1))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    idx = torch.from_numpy(rng.integers(0, 65, (4, 33)))
+    for step in range(2):
+        opt.zero_grad()
+        with fpemu.emulate(policy="torch_cuda_bf16", model="fast"):
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                logits = model(idx[:, :-1])
+                loss = torch.nn.functional.cross_entropy(logits.reshape(-1, 65).float(),
+                                                         idx[:, 1:].reshape(-1))
+            loss.backward()
+            opt.step()
+    for p in model.parameters():
+        sys.stdout.write(hashlib.sha256(p.detach().numpy().tobytes()).hexdigest() + "\\n")
+    """
+)
+
+
+def test_gpt_step_same_bits_under_other_simd_dispatch() -> None:
+    """Two emulated training steps of a small GPT (embeddings, LayerNorm, GELU, SDPA, tied head,
+    cross-entropy, AdamW: the transcendental, attention and norm emulations, not only GEMMs)
+    give the same parameter bits with this CPU's native dispatch on two threads as with older
+    CPUs' code paths on one: torch's ``ATEN_CPU_CAPABILITY`` (default, avx2), NumPy's SIMD
+    dispatch with the AVX512 (and AVX2) targets disabled (``NPY_DISABLE_CPU_FEATURES``) and
+    OpenBLAS's Haswell/Sandybridge kernels (``OPENBLAS_CORETYPE``)."""
+    configs = [
+        ("2", {}),
+        ("1", {"ATEN_CPU_CAPABILITY": "default", "OPENBLAS_CORETYPE": "Haswell",
+               "NPY_DISABLE_CPU_FEATURES": "X86_V4 AVX512_ICL AVX512_SPR"}),
+        ("1", {"ATEN_CPU_CAPABILITY": "avx2", "OPENBLAS_CORETYPE": "Sandybridge",
+               "NPY_DISABLE_CPU_FEATURES": "X86_V4 AVX512_ICL AVX512_SPR X86_V3"}),
+    ]  # fmt: skip
+    outs = []
+    for threads, extra in configs:
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": threads, **extra}
+        for k in ("ATEN_CPU_CAPABILITY", "NPY_DISABLE_CPU_FEATURES", "OPENBLAS_CORETYPE"):
+            if k not in extra:
+                env.pop(k, None)
+        r = subprocess.run([sys.executable, "-c", _DET_GPT, threads], capture_output=True,
+                           text=True, env=env, check=True, cwd=str(ROOT))  # fmt: skip
+        outs.append(r.stdout)
+    assert len(outs[0].splitlines()) > 10
+    assert outs[0] == outs[1] == outs[2]
+
+
 def test_emulated_values_finite_and_fp32_policy_keeps_float32() -> None:
     x = torch.randn(3, 5)
     with fpemu.emulate(policy="fp32", autocast=True) as em:
