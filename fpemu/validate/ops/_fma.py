@@ -52,8 +52,8 @@ def sum32(p: Any, c: Any) -> np.ndarray:
         s = np.asarray(p + c64)
         if s.ndim == 0:  # scalars: the same rule on a one-element array
             return sum32(np.reshape(p, 1), np.reshape(c64, 1)).reshape(())
-        if s.size <= _SMALL:
-            return _sum32_odd(p, c64, s)
+        if s.size <= _SMALL:  # every sum round-to-odd: fewer calls than finding the risky ones
+            return _odd32(p, c64, s)
         bits = s.view(np.uint64)
         mag = bits & 0x7FFFFFFFFFFFFFFF
         # an exact zero (mag 0) is exact: a nonzero p + c cannot round to zero in float64
@@ -62,11 +62,7 @@ def sum32(p: Any, c: Any) -> np.ndarray:
         if risky.any():
             pb, cb = np.broadcast_arrays(p, c64)
             idx = np.nonzero(np.broadcast_to(risky, s.shape))
-            ps, cs, ss = pb[idx], cb[idx], s[idx]
-            bb = ss - ps
-            e = (ps - (ss - bb)) + (cs - bb)
-            e = np.where(np.isfinite(e), e, 0.0)
-            out[idx] = np.asarray(round_to_odd(ss, e), np.float64).astype(np.float32)
+            out[idx] = _odd32(pb[idx], cb[idx], s[idx])
     return out
 
 
@@ -75,20 +71,14 @@ def sum32(p: Any, c: Any) -> np.ndarray:
 _SMALL = 16384
 
 
-def _sum32_odd(p: Any, c64: np.ndarray, s: np.ndarray) -> np.ndarray:
-    """:func:`sum32` for every element: the float64 sum ``s`` made round-to-odd with its TwoSum
-    error (an inexact sum with an even last bit moves one float64 step toward the exact value,
-    whose neighbour there is odd), then rounded to float32: correct (53 >= 24 + 2 bits)."""
+def _odd32(p: Any, c64: Any, s: np.ndarray) -> np.ndarray:
+    """``p + c`` rounded once to float32 from its float64 sum ``s``: ``s`` made round-to-odd
+    with its TwoSum error, then rounded to float32 (53 >= 24 + 2 bits: one correct rounding)."""
     with np.errstate(invalid="ignore", over="ignore"):
         bb = s - p
         e = (p - (s - bb)) + (c64 - bb)
-        bits = s.view(np.int64)
-        adj = (e != 0) & ((bits & 1) == 0) & np.isfinite(e)
-        if adj.any():
-            # toward the exact value: up in magnitude where e has s's sign, else down
-            step = np.where((e > 0) == (s > 0), 1, -1)
-            s = (bits + np.where(adj, step, 0)).view(np.float64)
-        return np.asarray(s.astype(np.float32))
+        e = np.where(np.isfinite(e), e, 0.0)
+        return np.asarray(round_to_odd(s, e), np.float64).astype(np.float32)
 
 
 def mad(a: Any, b: Any, c: Any, *, fused: bool) -> np.ndarray:
