@@ -46,7 +46,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 
 from fpemu.validate.ops import Call, Out, bounded, exact, lazy, register
@@ -288,7 +287,7 @@ def _scan(terms: np.ndarray, risky_cols: int, buf: str) -> np.ndarray:
     while start < n_steps:
         for k in range(start, n_steps):
             np.add(terms[k], after[k], out=sums[k])
-            after[k + 1] = _round_buf(sums[k].astype(_F), buf)
+            after[k + 1] = to(sums[k].astype(_F), buf)
         if not risky_cols:
             break
         p, c, s = (
@@ -311,18 +310,9 @@ def _scan(terms: np.ndarray, risky_cols: int, buf: str) -> np.ndarray:
         k = start + int(bad[0])
         fixed = sums[k].astype(_F)
         fixed[:, :risky_cols] = sum32(terms[k, :, :risky_cols], after[k, :, :risky_cols])
-        after[k + 1] = _round_buf(fixed, buf)
+        after[k + 1] = to(fixed, buf)
         start = k + 1
     return after[n_steps]
-
-
-def _round_buf(v: np.ndarray, buf: str) -> np.ndarray:
-    """float32 values rounded to the buffer's format (RNE: ml_dtypes' and NumPy's casts)."""
-    if buf == "bfloat16":
-        return v.astype(ml_dtypes.bfloat16)
-    if buf == "float16":
-        return v.astype(np.float16)
-    return v
 
 
 _REASON_DX = ("layer_norm_backward dX: float32 row sums ds=sum(dy*x*w), db=sum(dy*w) in SIMD-lane "
