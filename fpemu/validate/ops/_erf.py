@@ -19,7 +19,7 @@ import numpy as np
 from fpemu.validate.ops._fp import K_LIBM
 from fpemu.validate.ops._iv import ETA, IV, U
 
-__all__ = ["ERF64_ERR", "erf64", "erf_iv"]
+__all__ = ["ERF64_ERR", "erf64", "erf_center", "erf_iv"]
 
 # W. J. Cody's rational approximations of erf / erfc (CALERF, Math. Comp. 23, 1969)
 _CA = (3.16112374387056560e00, 1.13864154151050156e02, 3.77485237685302021e02,
@@ -147,5 +147,10 @@ def erf_iv(z: np.ndarray) -> IV:
     idx = np.minimum(np.nan_to_num(a / _STEP, nan=0.0), _TOP / _STEP).astype(np.intp)
     table = np.append(_eval_table(), 1e-15)
     coef = sum(abs(c) for c in _AS[1:]) * 2.0**-24
-    return IV(erf64(a) * np.where(np.signbit(z), -1.0, 1.0),
-              table[idx] + 1.5e-7 + coef + ERF64_ERR)  # fmt: skip
+    return IV(erf_center(z), table[idx] + 1.5e-7 + coef + ERF64_ERR)
+
+
+def erf_center(z: np.ndarray) -> np.ndarray:
+    """``erf(z)`` in float64 for float32 ``z`` (within ``ERF64_ERR``): :func:`erf_iv`'s center,
+    and the erf of the emulations' values."""
+    return erf64(np.abs(np.asarray(z, np.float64))) * np.where(np.signbit(z), -1.0, 1.0)

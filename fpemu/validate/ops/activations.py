@@ -44,7 +44,7 @@ import numpy as np
 
 from fpemu.validate.ops import Call, Out, exact
 from fpemu.validate.ops import _onednn as onednn
-from fpemu.validate.ops._erf import erf64
+from fpemu.validate.ops._erf import erf_center
 from fpemu.validate.ops._erf import erf_iv as _erf_iv
 from fpemu.validate.ops._fp import by_bits, candidates, codes, fma32, hull_out, quiet
 from fpemu.validate.ops._iv import IV, iv_lazy, iv_out
@@ -342,8 +342,7 @@ _KB = 2 / math.sqrt(math.pi) * math.sqrt(0.5) * 0.5
 def _gelu_bw_erf_value(x: np.ndarray, erf: np.ndarray | None = None) -> np.ndarray:
     """The float32 value of :func:`_gelu_bw_erf` (erf correctly rounded) without its bound."""
     if erf is None:
-        z = np.abs((x * _F(math.sqrt(0.5))).astype(np.float64))
-        erf = erf64(z) * np.where(np.signbit(x), -1.0, 1.0)
+        erf = erf_center((x * _F(math.sqrt(0.5))).astype(_F))
     with np.errstate(all="ignore"):
         cd = _F(0.5) * (_F(1) + erf.astype(_F))
         pdf = _F(np.float32(_KB)) * np.exp(((x * x) * _F(-0.5)).astype(np.float64)).astype(_F)
