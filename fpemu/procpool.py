@@ -116,12 +116,18 @@ def enabled() -> bool:
     Not inside a worker, not where ``FPEMU_PROCESSES=0``, not in a ``multiprocessing`` child
     (a Dask worker process: it is one of several already), only on POSIX systems.
 
+    Raises:
+        ValueError: ``FPEMU_PROCESSES`` is set to something other than 0 or 1.
+
     >>> enabled() in (True, False)
     True
     """
     if _IN_WORKER or _FAILED >= _MAX_FAILED or os.name != "posix" or not sys.executable:
         return False
-    if os.environ.get(ENV, "").strip() == "0":
+    setting = os.environ.get(ENV, "").strip()
+    if setting not in ("", "0", "1"):
+        raise ValueError(f"{ENV}={setting!r}: expected 0 (threads only) or 1 (worker processes)")
+    if setting == "0":
         return False
     mp = sys.modules.get("multiprocessing")  # a multiprocessing child has imported it
     return mp is None or mp.parent_process() is None

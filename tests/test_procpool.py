@@ -124,6 +124,16 @@ def test_processes_off_by_environment(monkeypatch: pytest.MonkeyPatch) -> None:
         assert procpool.map_calls(np.add, [((1, 2), {}), ((3, 4), {})]) is None
 
 
+@pytest.mark.parametrize("value", ["yes", "2", "-1", "off"])
+def test_bad_processes_setting_is_refused(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    """FPEMU_PROCESSES takes 0 or 1: anything else is an error naming it, not silently "on"."""
+    monkeypatch.setenv(procpool.ENV, value)
+    with pytest.raises(ValueError, match=f"FPEMU_PROCESSES='{value}': expected 0"):
+        procpool.enabled()
+    monkeypatch.setenv(procpool.ENV, "1")
+    procpool.enabled()  # accepted
+
+
 def test_worker_does_not_split_again() -> None:
     with fpemu.threads(3):
         got = procpool.map_calls(parallel.num_threads, [((), {})] * 3)
