@@ -108,6 +108,17 @@ def test_vector_norm(name: str) -> None:
     assert judge(bad, em[0]).verdict == "differs"
 
 
+def test_vector_norm_other_orders_are_refused_by_name() -> None:
+    """An order the emulation does not cover is a ValueError naming ``ord`` (the watcher lists
+    the op as not emulated with this cause), never a silently wrong bound."""
+    from fpemu.validate.ops import Call, lookup  # noqa: PLC0415
+
+    em = lookup("aten.linalg_vector_norm.default")
+    assert em is not None
+    with pytest.raises(ValueError, match=r"ord=3\.0: not emulated; accepted 0, 1, 2, inf, -inf"):
+        em(Call("aten.linalg_vector_norm.default", (np.float32([3, 4]), 3), {}, ("float32",)))
+
+
 def test_clip_grad_norm_is_emulated() -> None:
     """``clip_grad_norm_`` under watch: every op emulated, nothing differs."""
     import fpemu  # noqa: PLC0415
