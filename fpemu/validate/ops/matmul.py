@@ -70,9 +70,14 @@ def gemm(
     k = a.shape[-1]
     if call.model is not None:
         return exact(_emulated(call, a, b, c, alpha=alpha, beta=beta))
-    wide: Any = np.float64 if np.float64 in (a.dtype, b.dtype) else np.float32
-    u = U64 if wide is np.float64 else U32
-    a_, b_ = a.astype(wide, copy=False), b.astype(wide, copy=False)
+    a_, b_ = _widened(a), _widened(b)
+    sub_a, sub_b = _subnormals(a_), _subnormals(b_)
+    # float32 arithmetic on subnormal operands is ~50x slower on x86 (microcode assists; a
+    # bfloat16 logits gradient holds thousands): such a GEMM runs in float64, where they are
+    # normal numbers; its value is then nearer the exact sum, and the bound below still holds
+    wide: Any = np.float64 if np.float64 in (a.dtype, b.dtype) or sub_a or sub_b else np.float32
+    u = U64 if np.float64 in (a.dtype, b.dtype) else U32
+    a_, b_ = a_.astype(wide, copy=False), b_.astype(wide, copy=False)
     s = np.matmul(a_, b_)
     if alpha != 1.0:
         s *= wide(alpha)
@@ -80,15 +85,13 @@ def gemm(
     if c is not None:
         cw = np.asarray(c).astype(wide) * wide(beta)
         s += cw
-    value = to(s, name)
+    value = to(s, name) if wide is np.float32 or name == "float64" else _to_low(s, name)
     # the factor is rounded up by 2**-20 to cover the one rounding of each product with it;
     # Higham's bound assumes no underflow: each of the K+3 roundings may also lose up to a
     # subnormal spacing of the accumulation format (and m * factor may flush to zero)
     fac = 2 * _gamma(k + 3, u) / (1 - _gamma(k, u)) * (1 + 2.0**-20)
-    floor = (k + 3) * (2.0**-149 if wide is np.float32 else 2.0**-1074)
-    aa, bb = np.abs(a_), np.abs(b_)
+    floor = (k + 3) * (2.0**-149 if u == U32 else 2.0**-1074)
     low = fmt(a) in _TINY or fmt(b) in _TINY
-    flush = _flushed(aa, bb, fmt(a), fmt(b), abs(alpha)) if low else 0.0
     reason = (
         f"{what} summation order: float32 accumulation of K={k} products, two orders within "
         f"2 gamma_(K+3) sum|a b| (Higham 3.5), then one rounding to {name}"
@@ -99,6 +102,8 @@ def gemm(
     def bound(idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(center, err)`` at flat output indices: sum|a||b| by gathered dot products where
         few elements are asked for (a 2-D product), else the whole GEMM of magnitudes."""
+        aa, bb = np.abs(a_), np.abs(b_)
+        flush = _flushed(aa, bb, fmt(a), fmt(b), abs(alpha)) if low else 0.0
         with np.errstate(over="ignore"):
             if a_.ndim == 2 and b_.ndim == 2 and idx.size * 8 <= s.size:
                 i, j = np.divmod(idx, shape[-1])
@@ -121,6 +126,29 @@ def gemm(
         return np.asarray(s).reshape(-1)[idx].astype(np.float64), err
 
     return lazy(value, bound, reason)
+
+
+def _widened(x: np.ndarray) -> np.ndarray:
+    """``x`` as float32 (exact for the low formats and float32) or float64 as it is."""
+    return x if x.dtype in (np.float32, np.float64) else x.astype(np.float32)
+
+
+def _subnormals(x: np.ndarray) -> bool:
+    """Whether float32/float64 ``x`` holds a float32 subnormal (a nonzero below 2**-126)."""
+    if x.dtype != np.float32 or not x.size:
+        return False
+    m = np.abs(x)
+    return bool(np.count_nonzero(m < _F32_TINY) != np.count_nonzero(m == 0))
+
+
+_F32_TINY = np.float32(2.0**-126)
+
+
+def _to_low(s: np.ndarray, name: str) -> np.ndarray:
+    """A float64 GEMM's value in a 16-bit or float32 format: float32 first, then the 16-bit
+    cast (a double rounding, harmless here: the judge bounds from the float64 center ``s``;
+    only which elements it asks the bound for can change)."""
+    return to(s.astype(np.float32), name)
 
 
 #: the smallest normal of the low formats: oneDNN's bfloat16/float16 GEMMs (AVX512-BF16 dot

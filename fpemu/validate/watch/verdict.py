@@ -81,20 +81,20 @@ def judge(t: np.ndarray, out: Out) -> Judged:
         # of torch's own storage): the same bits, proved without reading them
         return Judged("identical", t.size)
     is_float = _is_float(t)
-    if not is_float:
-        diff = np.asarray(t != v)
-    else:
-        diff = _bits(t) != _bits(v)
-        if diff.any():
-            tf, vf = t.astype(np.float64), v.astype(np.float64)
-            diff &= ~(np.isnan(tf) & np.isnan(vf))
-    nd = int(np.count_nonzero(diff))
-    if nd == 0:
+    diff = np.asarray(t != v) if not is_float else _bits(t) != _bits(v)
+    idx = np.flatnonzero(diff)
+    if idx.size == 0:
         return Judged("identical", t.size)
-    idx = np.flatnonzero(diff.ravel())
-    first = tuple(int(i) for i in np.unravel_index(int(idx[0]), t.shape))
     tv, vv = t.ravel()[idx], v.ravel()[idx]
     tf, vf = tv.astype(np.float64), vv.astype(np.float64)
+    if is_float:  # any NaN equals any NaN: only the differing elements are looked at
+        keep = ~(np.isnan(tf) & np.isnan(vf))
+        if not keep.all():
+            idx, tf, vf = idx[keep], tf[keep], vf[keep]
+            if idx.size == 0:
+                return Judged("identical", t.size)
+    nd = int(idx.size)
+    first = tuple(int(i) for i in np.unravel_index(int(idx[0]), t.shape))
     if is_float:
         name = fmt_name(t)
         with np.errstate(invalid="ignore", over="ignore"):
