@@ -355,14 +355,16 @@ def _serve() -> None:
     _write(out, _pickle("ready"))
     while True:
         try:
-            _, ref, args, kwargs, err = _recv(0)
+            tag, ref, args, kwargs, err = _recv(0)
         except EOFError:
             return
         try:
             fn = ref[0](*ref[1:]) if isinstance(ref, tuple) else ref
             with np.errstate(**err), warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
-                value = np.asarray(fn(*args, **kwargs))
+                value = fn(*args, **kwargs)
+                # a tile ("call") comes back as an array; a queued job (fpemu.offload) as it is
+                value = np.asarray(value) if tag == "call" else value
             reply: Any = ("ok", value, [(w.category, str(w.message)) for w in caught])
         except Exception as exc:  # sent back and raised by the caller
             reply = ("err", exc, [])

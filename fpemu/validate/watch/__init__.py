@@ -39,6 +39,7 @@ class Watch:
     def report(self) -> WatchReport:
         """The report of everything seen so far."""
         w = self._watcher
+        w.settle()
         settings = {
             **self.settings,
             "capability": w.capability,

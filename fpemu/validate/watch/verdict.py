@@ -25,11 +25,14 @@ from typing import Any
 import numpy as np
 
 from fpemu.rounding import round as fround
-from fpemu.validate.ops import Out
+from fpemu.validate.ops import Call, Out, lookup
 from fpemu.validate.ops._num import FLOATS, ulp
 from fpemu.validate.ops._num import fmt as fmt_name
 
-__all__ = ["Judged", "judge"]
+__all__ = ["ORDER", "Judged", "apply", "judge", "judge_call"]
+
+#: verdicts from best to worst; a row's verdict is the worst over its outputs
+ORDER = ("identical", "bounded", "not_emulated", "policy", "differs")
 
 
 @dataclass(frozen=True)
@@ -138,3 +141,55 @@ def judge(t: np.ndarray, out: Out) -> Judged:
         cause=f"outside the bound ({out.reason}): {int(np.count_nonzero(~ok))} elements",
         **base,
     )
+
+
+def judge_call(call: Call) -> dict[str, Any]:
+    """The row fields of one op: its emulation run on ``call`` (torch's own outputs in
+    ``call.options["outputs"]``) and each output judged; the verdict is the worst.
+
+    A plain function of the call (no torch, no watcher state): the watcher runs it in its own
+    process or queues it for a worker (:mod:`fpemu.offload`).
+
+    >>> c = Call("aten.add.Tensor", (np.float32([1.0]), np.float32([2.0])), {}, ("float32",),
+    ...          options={"outputs": [np.float32([3.0])]})
+    >>> judge_call(c)["verdict"]
+    'identical'
+    """
+    emulation = lookup(call.op)
+    outs = call.options["outputs"]
+    row: dict[str, Any] = {"verdict": "identical", "cause": "", "n": 0, "ndiff": 0, "ulps": 0.0}
+    if emulation is None:
+        return {**row, "verdict": "not_emulated", "cause": "no emulation of this ATen op"}
+    try:
+        emulated = list(emulation(call))
+    except Exception as exc:  # an emulation bug must surface as a row, not vanish
+        return {**row, "verdict": "not_emulated",
+                "cause": f"emulation raised {type(exc).__name__}: {exc}"}  # fmt: skip
+    if len(emulated) != len(outs):
+        return {**row, "verdict": "not_emulated",
+                "cause": f"emulation gave {len(emulated)} outputs, torch {len(outs)}"}  # fmt: skip
+    worst: Judged | None = None
+    for t, out in zip(outs, emulated, strict=True):
+        if out is None:
+            continue
+        j = judge(t, out)
+        row["n"] += j.n
+        row["ndiff"] += j.ndiff
+        row["ulps"] = max(row["ulps"], j.ulps)
+        if worst is None or ORDER.index(j.verdict) > ORDER.index(worst.verdict):
+            worst = j
+    if worst is not None:
+        row["verdict"] = worst.verdict
+        row["cause"] = worst.cause
+        if worst.first is not None:
+            row.update(first=list(worst.first), torch_value=worst.torch_value,
+                       fpemu_value=worst.fpemu_value)  # fmt: skip
+    return row
+
+
+def apply(row: dict[str, Any], fields: dict[str, Any]) -> None:
+    """Put :func:`judge_call`'s ``fields`` into ``row``, which the policy check may already
+    have marked ``policy``: that verdict stays unless the op ``differs`` (the worse one)."""
+    if row["verdict"] == "policy" and fields["verdict"] != "differs":
+        fields = {k: v for k, v in fields.items() if k not in ("verdict", "cause")}
+    row.update(fields)

@@ -24,12 +24,9 @@ from fpemu.validate.ops import Call, lookup
 from fpemu.validate.watch.convert import dtype_name, tensor_dtypes, to_numpy, tree_to_numpy
 from fpemu.validate.watch.schema import outputs as op_outputs
 from fpemu.validate.watch.schema import written_ids
-from fpemu.validate.watch.verdict import Judged, judge
+from fpemu.validate.watch.verdict import ORDER, apply, judge_call
 
 __all__ = ["ORDER", "Watcher"]
-
-#: verdicts from best to worst; a row's verdict is the worst over its outputs
-ORDER = ("identical", "bounded", "not_emulated", "policy", "differs")
 #: namespaces whose ops are bookkeeping, not arithmetic (profiler ranges)
 _SKIP_NS = ("profiler.",)
 #: ATen ops that return no tensor and compute nothing to judge (reads of a value, sizes)
@@ -70,6 +67,19 @@ _RANDOM = dict.fromkeys(
 )
 
 
+#: ATen overload -> whether an output is a view of an input (its schema's alias annotation)
+_VIEWS: dict[Any, bool] = {}
+
+
+def _is_view(func: Any) -> bool:
+    v = _VIEWS.get(func)
+    if v is None:
+        v = _VIEWS[func] = any(
+            r.alias_info is not None and not r.alias_info.is_write for r in func._schema.returns
+        )
+    return v
+
+
 def _capability() -> str:
     import torch  # noqa: PLC0415
 
@@ -103,6 +113,8 @@ class Watcher:
         self._current_node = torch._C._current_autograd_node
         self._threads = torch.get_num_threads  # how torch splits rows: some sums depend on it
         self.seconds = 0.0
+        self._queue: Any = None  # fpemu.offload.Queue while installed, where workers may run
+        self._queued: list[tuple[dict[str, Any], int]] = []
 
     # -- where an op runs -------------------------------------------------------------------
     def phase(self) -> str:
@@ -184,12 +196,38 @@ class Watcher:
         if emulation is None:
             row.update(verdict="not_emulated", cause=_RANDOM.get(name.split(".")[1], _MISSING))
         else:
-            self._judge(row, emulation, name, np_args, np_kwargs, outs)
+            call = Call(
+                name,
+                tuple(np_args),
+                dict(np_kwargs),
+                tuple(row["out_dtypes"]),
+                capability=self.capability,
+                options={"outputs": [to_numpy(t) for t in outs],
+                         "num_threads": self._threads()},  # fmt: skip
+            )
+            # a view op is judged here and now (its output is torch's own memory, proved
+            # equal without reading it); the others go to the queue when a worker runs it
+            if _is_view(func) or self._queue is None or not self._queue.ready():
+                apply(row, judge_call(call))
+            else:
+                self._queued.append((row, self._queue.submit(judge_call, call)))
         self.policy.check(row, name, args, kwargs, outs, self)
         self.procedure.op(row, name, args, kwargs, outs, self)
         self.rows.append(row)
         self.seconds += (time.perf_counter() - t2) + (t1 - t0)
         return result
+
+    def settle(self) -> None:
+        """Put the verdicts of the queued judgements into their rows (waiting for them; the
+        ones no worker has started run here)."""
+        if not self._queued or self._queue is None:
+            return
+        t0 = time.perf_counter()
+        fields = self._queue.results()
+        for row, ticket in self._queued:
+            apply(row, fields[ticket])
+        self._queued.clear()
+        self.seconds += time.perf_counter() - t0
 
     def _row(
         self, name: str, phase: str, args: Any, kwargs: Any, outs: list[Any]
@@ -212,57 +250,6 @@ class Watcher:
             "ulps": 0.0,
         }
 
-    def _judge(
-        self,
-        row: dict[str, Any],
-        emulation: Any,
-        name: str,
-        np_args: Any,
-        np_kwargs: Any,
-        outs: list[Any],
-    ) -> None:
-        np_outs = [to_numpy(t) for t in outs]
-        call = Call(
-            name,
-            tuple(np_args),
-            dict(np_kwargs),
-            tuple(row["out_dtypes"]),
-            capability=self.capability,
-            options={"outputs": np_outs, "num_threads": self._threads()},
-        )
-        try:
-            emulated = list(emulation(call))
-        except Exception as exc:  # an emulation bug must surface as a row, not vanish
-            row.update(
-                verdict="not_emulated", cause=f"emulation raised {type(exc).__name__}: {exc}"
-            )
-            return
-        if len(emulated) != len(outs):
-            row.update(
-                verdict="not_emulated",
-                cause=f"emulation gave {len(emulated)} outputs, torch {len(outs)}",
-            )
-            return
-        worst: Judged | None = None
-        for t, out in zip(np_outs, emulated, strict=True):
-            if out is None:
-                continue
-            j = judge(t, out)
-            row["n"] += j.n
-            row["ndiff"] += j.ndiff
-            row["ulps"] = max(row["ulps"], j.ulps)
-            if worst is None or ORDER.index(j.verdict) > ORDER.index(worst.verdict):
-                worst = j
-        if worst is not None:
-            row["verdict"] = worst.verdict
-            row["cause"] = worst.cause
-            if worst.first is not None:
-                row.update(
-                    first=list(worst.first),
-                    torch_value=worst.torch_value,
-                    fpemu_value=worst.fpemu_value,
-                )
-
     # -- install / remove -------------------------------------------------------------------
     @contextlib.contextmanager
     def installed(self) -> Iterator[Watcher]:
@@ -272,7 +259,15 @@ class Watcher:
         from fpemu.validate.watch.hooks import phase_hooks  # noqa: PLC0415
         from fpemu.validate.watch.mode import WatchMode  # noqa: PLC0415
 
+        from fpemu.offload import Queue  # noqa: PLC0415
+
         self._tracker = ModuleTracker()
-        with self._tracker, phase_hooks(self), WatchMode(self):
-            yield self
+        self._queue = Queue()
+        try:
+            with self._tracker, phase_hooks(self), WatchMode(self):
+                yield self
+            self.settle()
+        finally:
+            self._queue.close()
+            self._queue = None
         self.procedure.finish(self)

@@ -1,0 +1,142 @@
+"""fpemu.offload.Queue: calls run by a worker process while the caller goes on.
+
+Each test asks for a ready worker first (procpool.start with a wait); where workers are off
+(FPEMU_PROCESSES=0, one core) the queue runs everything in the caller, and the same results
+must come back: the assertions hold either way.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from fpemu import offload, procpool
+
+
+def _boom(i: int) -> int:
+    if i == 3:
+        raise ArithmeticError(f"call {i} failed")
+    return i
+
+
+def _pid(_: int) -> int:
+    time.sleep(0.05)  # long enough for the feeding thread to hand calls to the worker
+    return os.getpid()
+
+
+@pytest.fixture
+def queue() -> offload.Queue:
+    procpool.start(1, timeout=120)
+    q = offload.Queue()
+    q.ready()
+    yield q
+    q.close()
+
+
+def test_results_in_ticket_order_and_bits(queue: offload.Queue) -> None:
+    rng = np.random.default_rng(0)
+    xs = [rng.standard_normal(1000).astype(np.float32).astype(ml_dtypes.bfloat16) for _ in range(9)]
+    tickets = [queue.submit(np.multiply, x, np.float32(3)) for x in xs]
+    assert tickets == list(range(9))
+    got = queue.results()
+    for x, g in zip(xs, got, strict=True):
+        want = np.multiply(x, np.float32(3))
+        assert g.dtype == want.dtype
+        assert np.array_equal(g.view(np.uint16), want.view(np.uint16))
+
+
+def test_arguments_are_copied_when_queued(queue: offload.Queue) -> None:
+    """An in-place change after submit (an optimizer step) must not reach the queued call."""
+    a = np.arange(100_000, dtype=np.float32)
+    queue.submit(np.sum, a)
+    a[:] = -1.0
+    queue.submit(np.sum, a)
+    first, second = queue.results()
+    assert float(first) == float(np.arange(100_000, dtype=np.float32).sum())
+    assert float(second) == -100_000.0
+
+
+def test_worker_runs_some_calls_when_ready() -> None:
+    if procpool.start(1, timeout=120) == 0:
+        pytest.skip("no worker process here (FPEMU_PROCESSES=0 or one core): nothing to check")
+    q = offload.Queue()
+    assert q.ready()
+    for i in range(6):
+        q.submit(_pid, i)
+    pids = q.results()
+    q.close()
+    assert os.getpid() in pids  # the caller takes calls back from the end...
+    assert any(p != os.getpid() for p in pids)  # ...while the worker runs the oldest ones
+
+
+def test_first_failure_reraises_in_ticket_order(queue: offload.Queue) -> None:
+    for i in range(6):
+        queue.submit(_boom, i)
+    with pytest.raises(ArithmeticError, match="call 3 failed"):
+        queue.results()
+
+
+def test_calls_of_a_killed_worker_run_here() -> None:
+    if procpool.start(1, timeout=120) == 0:
+        pytest.skip("no worker process here: nothing to kill")
+    q = offload.Queue()
+    assert q.ready()
+    os.kill(q._worker.proc.pid, signal.SIGKILL)
+    for i in range(5):
+        q.submit(_boom, i + 10)
+    assert q.results() == [10, 11, 12, 13, 14]
+    q.close()
+    assert procpool.start(1, timeout=120) in (0, 1)  # a new worker starts for later calls
+
+
+def test_too_many_queued_bytes_run_here(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(offload, "MAX_BYTES", 10_000)
+    q = offload.Queue()
+    q.ready()
+    for i in range(8):
+        q.submit(np.add, np.full(4096, i, np.float32), 1)
+        assert q._bytes <= 10_000 + 4096 * 4 + 1024
+    assert [float(r[0]) for r in q.results()] == [i + 1.0 for i in range(8)]
+    q.close()
+
+
+def test_no_worker_when_processes_are_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FPEMU_PROCESSES", "0")
+    q = offload.Queue()
+    assert not q.ready()
+    q.submit(np.add, 1, 2)  # still runs: in the caller
+    assert q.results() == [3]
+    q.close()
+
+
+def test_watch_rows_equal_with_and_without_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The verdicts do not depend on who judged: rows with the worker equal rows without."""
+    torch = pytest.importorskip("torch")
+    import fpemu
+
+    procpool.start(1, timeout=120)
+
+    def run() -> list[tuple[str, str, str, int]]:
+        torch.manual_seed(0)
+        net = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.LayerNorm(64),
+                                  torch.nn.Linear(64, 8))  # fmt: skip
+        opt = torch.optim.AdamW(net.parameters(), lr=1e-3)
+        x = torch.randn(16, 32, generator=torch.Generator().manual_seed(1))
+        with fpemu.watch() as w:
+            for _ in range(2):
+                with torch.autocast("cpu", dtype=torch.bfloat16):
+                    loss = net(x).float().square().mean()
+                loss.backward()
+                opt.step()
+                opt.zero_grad()
+        return [(r["op"], r["verdict"], r["cause"], r["ndiff"]) for r in w.report().rows]
+
+    with_worker = run()
+    monkeypatch.setenv("FPEMU_PROCESSES", "0")
+    assert run() == with_worker
+    assert all(v in ("identical", "bounded") for _, v, _, _ in with_worker)
