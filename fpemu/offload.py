@@ -3,9 +3,13 @@
 ``fpemu.watch`` judges each op torch runs; the judging costs several times the op, and it
 need not hold up the training step: the watcher puts each judgement on a :class:`Queue` and
 reads the verdicts when it reports. One worker process (:mod:`fpemu.procpool`'s, started on
-first use and kept) takes the calls from the front, in order; when the caller asks for the
-results, it takes the calls no worker has started from the back and runs them itself, so both
-cores finish together.
+first use and kept) runs the calls from the front, in order; when the caller asks for the
+results, it runs the calls not yet sent from the back itself, so both cores finish together.
+
+No threads: the caller writes queued calls into the worker's pipe (enlarged to a few MB, not
+blocking: what does not fit waits for the next call to :meth:`Queue.submit`) and reads the
+replies as they come. Feeding threads were tried first: on a virtual machine's cores, each
+chunk a thread writes must take Python's lock back from a busy caller, and the worker starved.
 
 A call's arguments are copied when it is queued (the caller's arrays may change afterwards:
 an optimizer updates its tensors in place), as one pickle whose array buffers travel out of
@@ -24,7 +28,7 @@ themselves, at once, rather than pay for the copies.
 
 from __future__ import annotations
 
-import threading
+import os
 import time
 from collections import deque
 from typing import Any
@@ -38,48 +42,47 @@ __all__ = ["Queue"]
 MAX_BYTES = 256 * 2**20
 #: Seconds between two attempts to get a worker while none is ready.
 _RETRY = 0.05
+#: Pipe buffer asked for (Linux ``F_SETPIPE_SZ``; capped by /proc/sys/fs/pipe-max-size): a
+#: typical judgement's message fits whole, so a write rarely waits for the worker.
+_PIPE = 4 * 2**20
+_F_SETPIPE_SZ = 1031
 
 
 class Queue:
     """Calls run in order by one worker process, the rest by the caller in :meth:`results`.
 
-    Not thread-safe for callers: one thread submits and collects (the feeding threads are
-    the queue's own).
+    One thread submits and collects (the queue has no threads of its own).
     """
 
     def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._msgs: dict[int, list[Any]] = {}  # ticket -> pickled call (until it is done)
+        self._msgs: dict[int, list[Any]] = {}  # ticket -> pickled call, until it is done
         self._sizes: dict[int, int] = {}
-        self._bytes = 0
-        self._pending: deque[int] = deque()  # not started: the worker takes from the left
-        self._sent: deque[int] = deque()  # written to the worker, reply not yet read
+        self._bytes = 0  # of the calls not sent (those sent wait in the pipe, a few MB)
+        self._pending: deque[int] = deque()  # not sent: the worker's from the left
+        self._sent: deque[int] = deque()  # written (the first maybe in part), no reply yet
+        self._writing: list[memoryview] = []  # what is left of the message being written
         self._results: dict[int, tuple[bool, Any]] = {}  # ticket -> (ok, value or exception)
         self._count = 0
         self._worker: Any = None
         self._dead = False
-        self._closed = False
-        self._threads: list[threading.Thread] = []
         self._tried = -1.0
 
-    # -- the caller's side ------------------------------------------------------------------
     def ready(self) -> bool:
         """Whether a worker is running this queue's calls (tries to get one, without waiting,
         at most every 50 ms)."""
-        if self._worker is not None and not self._dead:
-            return True
+        if self._worker is not None:
+            return not self._dead
         now = time.monotonic()
-        if self._dead or self._closed or now - self._tried < _RETRY:
+        if self._dead or now - self._tried < _RETRY:
             return False
         self._tried = now
         got = procpool._acquire(1)
         if not got:
             return False
-        self._worker = got[0]
-        for body in (self._write_loop, self._read_loop):
-            t = threading.Thread(target=body, daemon=True, name="fpemu-offload")
-            t.start()
-            self._threads.append(t)
+        self._worker = w = got[0]
+        for fd in (w.wfd, w.rfd):
+            _grow_pipe(fd)
+        os.set_blocking(w.wfd, False)
         return True
 
     def submit(self, fn: Any, *args: Any) -> int:
@@ -92,30 +95,25 @@ class Queue:
         # own memory until copied here
         msg = [parts[0], parts[1], *(bytearray(p) for p in parts[2:])]
         size = sum(memoryview(p).nbytes for p in msg)
-        with self._cond:
-            ticket = self._count
-            self._count += 1
-            self._msgs[ticket] = msg
-            self._sizes[ticket] = size
-            self._bytes += size
-            self._pending.append(ticket)
-            self._cond.notify_all()
+        ticket = self._count
+        self._count += 1
+        self._msgs[ticket] = msg
+        self._sizes[ticket] = size
+        self._bytes += size
+        self._pending.append(ticket)
+        self._pump()
         while self._bytes > MAX_BYTES and self._run_one():
             pass
         return ticket
 
     def results(self) -> list[Any]:
         """Every submitted call's value, in ticket order (waits for the worker; runs the
-        calls it has not started here). The first call that raised re-raises."""
-        while self._run_one():
-            pass
-        with self._cond:
-            while self._sent and not self._dead:
-                self._cond.wait()
-            stranded = list(self._sent)  # a worker that died: its calls run here
-            self._sent.clear()
-        for ticket in stranded:
-            self._run_here(ticket)
+        calls not sent to it here). The first call that raised re-raises."""
+        while True:
+            self._pump()
+            if not self._run_one():
+                break
+        self._drain()
         out = []
         for ticket in range(self._count):
             ok, value = self._results[ticket]
@@ -125,24 +123,79 @@ class Queue:
         return out
 
     def close(self) -> None:
-        """Stop the feeding threads and give the worker back (after :meth:`results`)."""
-        with self._cond:
-            self._closed = True
-            self._cond.notify_all()
-        for t in self._threads:
-            t.join()
-        if self._worker is not None:
-            if self._dead:
-                procpool._drop(self._worker, kill=True)
-            self._worker.busy.release()
-            self._worker = None
+        """Give the worker back (after :meth:`results`); a worker that died is reaped."""
+        w, self._worker = self._worker, None
+        if w is None:
+            return
+        if self._dead:
+            procpool._drop(w, kill=True)
+        else:
+            os.set_blocking(w.wfd, True)
+        w.busy.release()
+
+    # -- moving calls -----------------------------------------------------------------------
+    def _pump(self) -> None:
+        """Read the replies that have come, then write what fits of the queued calls."""
+        import select  # noqa: PLC0415
+
+        w = self._worker
+        if w is None or self._dead:
+            return
+        try:
+            while self._sent and select.select([w.rfd], [], [], 0)[0]:
+                self._reply()
+            while True:
+                if not self._writing:
+                    if not self._pending:
+                        return
+                    ticket = self._pending.popleft()
+                    self._bytes -= self._sizes.pop(ticket)
+                    self._sent.append(ticket)
+                    self._writing = [memoryview(p).cast("B") for p in self._msgs[ticket]]
+                head = self._writing[0]
+                n = os.write(w.wfd, head)  # not blocking: a full pipe raises
+                if n < head.nbytes:
+                    self._writing[0] = head[n:]
+                    return
+                self._writing.pop(0)
+        except BlockingIOError:
+            return
+        except (OSError, EOFError):
+            self._died()
+
+    def _reply(self) -> None:
+        kind, value, _caught = procpool._recv(self._worker.rfd)
+        if kind != "ok":
+            value.add_note("(raised in an fpemu worker process)")
+        self._finish(self._sent.popleft(), (kind == "ok", value))
+
+    def _drain(self) -> None:
+        """Finish writing the call in progress and read every outstanding reply."""
+        w = self._worker
+        if w is not None and not self._dead:
+            try:
+                os.set_blocking(w.wfd, True)
+                for part in self._writing:
+                    procpool._write(w.wfd, [part])
+                self._writing = []
+                while self._sent:
+                    self._reply()
+            except (OSError, EOFError):
+                self._died()
+        for ticket in list(self._sent):  # a worker that died: its calls run here
+            self._run_here(ticket)
+        self._sent.clear()
+
+    def _died(self) -> None:
+        self._dead = True
+        self._writing = []
 
     def _run_one(self) -> bool:
-        """Run the newest call no worker has started, here; False when there is none."""
-        with self._cond:
-            if not self._pending:
-                return False
-            ticket = self._pending.pop()
+        """Run the newest call not sent to the worker, here; False when there is none."""
+        if not self._pending:
+            return False
+        ticket = self._pending.pop()
+        self._bytes -= self._sizes.pop(ticket)
         self._run_here(ticket)
         return True
 
@@ -158,58 +211,21 @@ class Queue:
                 done: tuple[bool, Any] = (True, fn(*args, **kwargs))
         except Exception as exc:  # re-raised in ticket order by results()
             done = (False, exc)
-        with self._cond:
-            self._finish(ticket, done)
+        self._finish(ticket, done)
 
     def _finish(self, ticket: int, done: tuple[bool, Any]) -> None:
-        """Record a result (with ``_cond`` held) and free its message."""
+        """Record a result and free its message."""
         self._results[ticket] = done
         self._msgs.pop(ticket, None)
-        self._bytes -= self._sizes.pop(ticket, 0)
-        self._cond.notify_all()
 
-    # -- the feeding threads ----------------------------------------------------------------
-    def _write_loop(self) -> None:
-        """Write the oldest queued call to the worker, one ahead of the one it runs."""
-        w = self._worker
-        while True:
-            with self._cond:
-                while not self._closed and not self._dead and not (
-                    self._pending and len(self._sent) < 2
-                ):
-                    self._cond.wait()
-                if self._closed or self._dead:
-                    return
-                ticket = self._pending.popleft()
-                self._sent.append(ticket)
-                msg = self._msgs[ticket]
-                self._cond.notify_all()  # the reader waits for a call in flight
-            try:
-                procpool._write(w.wfd, msg)
-            except OSError:
-                self._died()
-                return
 
-    def _read_loop(self) -> None:
-        """Read the worker's replies, in the order the calls were written."""
-        w = self._worker
-        while True:
-            with self._cond:
-                while not self._closed and not self._dead and not self._sent:
-                    self._cond.wait()
-                if self._closed or self._dead:
-                    return
-            try:
-                kind, value, _caught = procpool._recv(w.rfd)
-            except (OSError, EOFError):
-                self._died()
-                return
-            if kind != "ok":
-                value.add_note("(raised in an fpemu worker process)")
-            with self._cond:
-                self._finish(self._sent.popleft(), (kind == "ok", value))
+def _grow_pipe(fd: int) -> None:
+    """Enlarge a pipe's buffer where the system allows (Linux); elsewhere leave it."""
+    try:
+        import fcntl  # noqa: PLC0415
 
-    def _died(self) -> None:
-        with self._cond:
-            self._dead = True
-            self._cond.notify_all()
+        with open("/proc/sys/fs/pipe-max-size") as f:
+            most = int(f.read())
+        fcntl.fcntl(fd, _F_SETPIPE_SZ, min(_PIPE, most))
+    except (OSError, ValueError, ImportError):
+        pass

@@ -31,6 +31,7 @@ True
 from __future__ import annotations
 
 import os
+import pickle
 import sys
 import threading
 from collections.abc import Sequence
@@ -301,14 +302,32 @@ def _here(fn: Any, call: tuple[tuple[Any, ...], dict[str, Any]]) -> tuple[Any, E
 
 # -- messages: a pickle with its array buffers out of band --------------------------------------
 def _pickle(obj: Any) -> list[Any]:
-    import pickle  # noqa: PLC0415
+    import io  # noqa: PLC0415
     import struct  # noqa: PLC0415
 
     bufs: list[Any] = []
-    head = pickle.dumps(obj, protocol=5, buffer_callback=bufs.append)
-    parts = [memoryview(head), *(b.raw() for b in bufs)]
+    f = io.BytesIO()
+    _Pickler(f, protocol=5, buffer_callback=bufs.append).dump(obj)
+    parts = [f.getbuffer(), *(b.raw() for b in bufs)]
     sizes = struct.pack(f"<{len(parts) + 1}Q", len(parts), *(p.nbytes for p in parts))
     return [memoryview(sizes), *parts]
+
+
+class _Pickler(pickle.Pickler):
+    """NumPy pickles arrays of ml_dtypes' formats (bfloat16, float8) in band, a slow copy
+    (~0.4 ms per MB); their bits as unsigned ints travel out of band like any array."""
+
+    def reducer_override(self, obj: Any) -> Any:
+        if type(obj).__name__ == "ndarray" and obj.dtype.type.__module__ == "ml_dtypes":
+            return _from_bits, (obj.view(f"u{obj.dtype.itemsize}"), obj.dtype.name)
+        return NotImplemented
+
+
+def _from_bits(bits: Any, name: str) -> Any:
+    """An ml_dtypes array from its bits (what :class:`_Pickler` sends)."""
+    import ml_dtypes  # noqa: PLC0415
+
+    return bits.view(getattr(ml_dtypes, name))
 
 
 def _write(fd: int, parts: list[Any]) -> None:
