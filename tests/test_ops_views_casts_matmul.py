@@ -168,3 +168,20 @@ def test_bf16_gemm_that_flushes_subnormals_is_bounded(monkeypatch: pytest.Monkey
         monkeypatch.setattr(matmul, "_flushed", lambda *_: 0.0)
         _, em2 = emulate(aten.mm.default, a, b)
         assert judge(t, em2[0]).verdict == "differs"
+
+
+def test_fp16_gemm_with_fp16_subnormal_operands_is_bounded() -> None:
+    """float16 subnormals (below 2**-14) are normal float32 numbers, so the GEMM's float32
+    subnormal test does not see them; the flushing term must still count them: the bound at
+    every element is at least what dropping them can lose."""
+    g = torch.Generator().manual_seed(3)
+    a = (torch.randn(32, 64, generator=g)).half()
+    a[:, :16] = (torch.randn(32, 16, generator=g) * 2.0**-18).half()  # float16 subnormals
+    b = torch.randn(64, 24, generator=g).half()
+    outs, em = emulate(aten.mm.default, a, b)
+    assert judge(to_numpy(outs[0]), em[0]).verdict in ("identical", "bounded")
+    an, bn = a.double().numpy(), b.double().numpy()
+    lost = np.abs(an[:, :16]) @ np.abs(bn[:16, :])  # what flushing the subnormal inputs loses
+    bounds = em[0].bounds_at(np.arange(32 * 24))
+    assert bounds is not None
+    assert (bounds[1] >= lost.reshape(-1)).all()

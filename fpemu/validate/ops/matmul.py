@@ -71,7 +71,7 @@ def gemm(
     if call.model is not None:
         return exact(_emulated(call, a, b, c, alpha=alpha, beta=beta))
     a_, b_ = _widened(a), _widened(b)
-    sub_a, sub_b = _subnormals(a_), _subnormals(b_)
+    sub_a, sub_b = _below(a_, _F32_TINY), _below(b_, _F32_TINY)
     # float32 arithmetic on subnormal operands is ~50x slower on x86 (microcode assists; a
     # bfloat16 logits gradient holds thousands): such a GEMM runs in float64, where they are
     # normal numbers; its value is then nearer the exact sum, and the bound below still holds
@@ -92,6 +92,11 @@ def gemm(
     fac = 2 * _gamma(k + 3, u) / (1 - _gamma(k, u)) * (1 + 2.0**-20)
     floor = (k + 3) * (2.0**-149 if u == U32 else 2.0**-1074)
     low = fmt(a) in _TINY or fmt(b) in _TINY
+    # a subnormal of the operand's own format (float16's are normal float32 numbers)
+    if fmt(a) == "float16":
+        sub_a = _below(a_, _TINY["float16"])
+    if fmt(b) == "float16":
+        sub_b = _below(b_, _TINY["float16"])
     reason = (
         f"{what} summation order: float32 accumulation of K={k} products, two orders within "
         f"2 gamma_(K+3) sum|a b| (Higham 3.5), then one rounding to {name}"
@@ -102,18 +107,28 @@ def gemm(
     def bound(idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(center, err)`` at flat output indices: sum|a||b| by gathered dot products where
         few elements are asked for (a 2-D product), else the whole GEMM of magnitudes."""
-        aa, bb = np.abs(a_), np.abs(b_)
-        flush = _flushed(aa, bb, fmt(a), fmt(b), abs(alpha)) if low else 0.0
+        gather = a_.ndim == 2 and b_.ndim == 2 and idx.size * 8 <= s.size
+        aa = bb = None
+        if not gather or sub_a or sub_b:
+            aa, bb = np.abs(a_), np.abs(b_)
+        flush: Any = 0.0
+        if low:  # without a subnormal operand, only the K + 3 flushed results (no counting)
+            flush = (
+                _flushed(aa, bb, fmt(a), fmt(b), abs(alpha))
+                if aa is not None and bb is not None and (sub_a or sub_b)
+                else (k + 3) * 2.0**-126
+            )
         with np.errstate(over="ignore"):
-            if a_.ndim == 2 and b_.ndim == 2 and idx.size * 8 <= s.size:
+            if gather:
                 i, j = np.divmod(idx, shape[-1])
-                mag = np.einsum("ik,ik->i", aa[i].astype(np.float64),
-                                bb.T[j].astype(np.float64))  # fmt: skip
+                mag = np.einsum("ik,ik->i", np.abs(a_[i].astype(np.float64)),
+                                np.abs(b_.T[j].astype(np.float64)))  # fmt: skip
                 if alpha != 1.0:
                     mag *= abs(alpha)
                 if cabs is not None:
                     mag += np.broadcast_to(cabs, shape).reshape(-1)[idx]
             else:
+                assert aa is not None and bb is not None
                 full = np.matmul(aa, bb)
                 if alpha != 1.0:
                     full *= wide(abs(alpha))
@@ -133,12 +148,13 @@ def _widened(x: np.ndarray) -> np.ndarray:
     return x if x.dtype in (np.float32, np.float64) else x.astype(np.float32)
 
 
-def _subnormals(x: np.ndarray) -> bool:
-    """Whether float32/float64 ``x`` holds a float32 subnormal (a nonzero below 2**-126)."""
-    if x.dtype != np.float32 or not x.size:
+def _below(x: np.ndarray, tiny: Any) -> bool:
+    """Whether ``x`` holds a nonzero of magnitude below ``tiny`` (a subnormal, for ``tiny``
+    the smallest normal of its format)."""
+    if not x.size:
         return False
     m = np.abs(x)
-    return bool(np.count_nonzero(m < _F32_TINY) != np.count_nonzero(m == 0))
+    return bool(np.count_nonzero(m < tiny) != np.count_nonzero(m == 0))
 
 
 _F32_TINY = np.float32(2.0**-126)
