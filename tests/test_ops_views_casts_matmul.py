@@ -175,8 +175,9 @@ def test_fp16_gemm_with_fp16_subnormal_operands_is_bounded() -> None:
     subnormal test does not see them; the flushing term must still count them: the bound at
     every element is at least what dropping them can lose."""
     g = torch.Generator().manual_seed(3)
-    a = (torch.randn(32, 64, generator=g)).half()
-    a[:, :16] = (torch.randn(32, 16, generator=g) * 2.0**-18).half()  # float16 subnormals
+    a = (torch.randn(32, 64, generator=g) * 2.0**-12).half()  # small normals: Higham's term
+    a[:, :16] = (torch.randn(32, 16, generator=g) * 2.0**-16).half()  # alone is far below them
+    assert (a[:, :16].abs() < 2.0**-14).all() and (a[:, :16] != 0).any()  # float16 subnormals
     b = torch.randn(64, 24, generator=g).half()
     outs, em = emulate(aten.mm.default, a, b)
     assert judge(to_numpy(outs[0]), em[0]).verdict in ("identical", "bounded")
