@@ -22,7 +22,7 @@ import numpy as np
 
 from fpemu.arith import round_to_odd
 
-__all__ = ["LANES", "U32", "fma32", "gamma", "grow", "mad", "row_dot", "sum32", "tree8"]
+__all__ = ["LANES", "U32", "boundary32", "fma32", "gamma", "grow", "mad", "repair32", "row_dot", "sum32", "tree8"]
 
 #: unit roundoff of float32
 U32 = 2.0**-24
@@ -46,39 +46,61 @@ def fma32(a: Any, b: Any, c: Any) -> np.ndarray:
 
 def sum32(p: Any, c: Any) -> np.ndarray:
     """``p + c`` rounded once to float32, for a float64 ``p`` that is an exact product of two
-    float32 values and a float32 ``c`` (:func:`fma32` with the product already formed)."""
+    float32 values and a float32 ``c`` (:func:`fma32` with the product already formed).
+
+    The float64 sum rounded to float32 is the answer except on a float32 rounding boundary
+    (:func:`boundary32`: a few NumPy calls find them); only there :func:`repair32` looks at the
+    float64 sum's error."""
     c64 = np.asarray(c, np.float64)
     with np.errstate(invalid="ignore", over="ignore"):
         s = np.asarray(p + c64)
         if s.ndim == 0:  # scalars: the same rule on a one-element array
             return sum32(np.reshape(p, 1), np.reshape(c64, 1)).reshape(())
-        if s.size <= _SMALL:  # every sum round-to-odd: fewer calls than finding the risky ones
-            return _odd32(p, c64, s)
-        bits = s.view(np.uint64)
-        mag = bits & 0x7FFFFFFFFFFFFFFF
-        # an exact zero (mag 0) is exact: a nonzero p + c cannot round to zero in float64
-        risky = ((bits & 0x1FFFFFFF) == 0x10000000) | ((mag != 0) & (mag < 0x3810000000000000))
         out = s.astype(np.float32)
+        risky = boundary32(s)
         if risky.any():
-            pb, cb = np.broadcast_arrays(p, c64)
-            idx = np.nonzero(np.broadcast_to(risky, s.shape))
-            out[idx] = _odd32(pb[idx], cb[idx], s[idx])
+            repair32(out, p, c64, s, risky)
     return out
 
 
-#: up to this many elements :func:`sum32` makes every sum round-to-odd (fewer NumPy calls than
-#: finding the boundary cases first, which small arrays of few-bit values hit often)
-_SMALL = 16384
-
-
-def _odd32(p: Any, c64: Any, s: np.ndarray) -> np.ndarray:
-    """``p + c`` rounded once to float32 from its float64 sum ``s``: ``s`` made round-to-odd
-    with its TwoSum error, then rounded to float32 (53 >= 24 + 2 bits: one correct rounding)."""
+def repair32(out: np.ndarray, p: Any, c: Any, s: np.ndarray, risky: np.ndarray) -> None:
+    """Make ``out = float32(s)`` the single rounding of ``p + c`` where ``risky`` (a superset of
+    the boundary sums, :func:`boundary32`) says it may not be: at those elements the TwoSum
+    error ``e`` of ``s = RN64(p + c)`` is taken; where ``e != 0`` (an inexact sum: a nonzero
+    ``p + c`` cannot round to zero in float64, so zeros are skipped first) ``s`` is made
+    round-to-odd with it and rounded again (53 >= 24 + 2 bits: one correct rounding). Exact
+    sums, common among boundary cases (few-bit values), are left as they are."""
     with np.errstate(invalid="ignore", over="ignore"):
-        bb = s - p
-        e = (p - (s - bb)) + (c64 - bb)
-        e = np.where(np.isfinite(e), e, 0.0)
-        return np.asarray(round_to_odd(s, e), np.float64).astype(np.float32)
+        risky = risky & (s != 0)
+        if not risky.any():
+            return
+        idx = np.flatnonzero(risky)
+        ps, cs, ss = _at(p, s.shape, idx), _at(c, s.shape, idx), s.reshape(-1)[idx]
+        bb = ss - ps
+        e = (ps - (ss - bb)) + (cs - bb)
+        bad = np.isfinite(e) & (e != 0)
+        if bad.any():
+            fixed = np.asarray(round_to_odd(ss[bad], e[bad]), np.float64).astype(np.float32)
+            out[np.unravel_index(idx[bad], s.shape)] = fixed
+
+
+def _at(a: Any, shape: tuple[int, ...], flat: np.ndarray) -> np.ndarray:
+    """The elements at C-order positions ``flat`` of ``a`` broadcast to ``shape``."""
+    a = np.asarray(a)
+    if a.shape == shape:
+        return np.asarray(a.reshape(-1)[flat])
+    return np.asarray(np.broadcast_to(a, shape)[np.unravel_index(flat, shape)])
+
+
+def boundary32(s: np.ndarray) -> np.ndarray:
+    """Where a float64 ``s`` (an array) lies on a float32 rounding boundary: a float32 midpoint
+    (bits 28..0 of the float64 are 1 followed by zeros, whatever the exponent, up to the
+    overflow threshold), or ``|s| < 2^-126``, the float32 subnormal range (zeros included),
+    where the midpoints lie at other bits. Elsewhere a float64 value within half a float64 ulp
+    of the exact sum rounds to float32 as the exact sum does (53 >= 24 + 2 bits); non-finite
+    ``s`` is never flagged (it is exact or NaN either way)."""
+    bits = s.view(np.uint64)
+    return np.asarray(((bits << 35) == 2**63) | (np.abs(s) < 2.0**-126))
 
 
 def mad(a: Any, b: Any, c: Any, *, fused: bool) -> np.ndarray:

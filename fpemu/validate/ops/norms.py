@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 
 from fpemu.validate.ops import Call, Out, bounded, exact, lazy, register
-from fpemu.validate.ops._fma import U32, gamma, mad, row_dot, sum32
+from fpemu.validate.ops._fma import U32, boundary32, gamma, mad, repair32, row_dot, sum32
 from fpemu.validate.ops._num import to
 
 __all__ = ["layer_norm", "layer_norm_backward", "row_moments"]
@@ -81,22 +81,53 @@ def _chunk_welford(v: np.ndarray, counts: np.ndarray, fused: bool) -> tuple[Any,
     rows, chunks = v.shape[0], v.shape[1]
     m1 = np.zeros((rows, chunks, _LANES), _F)
     m2 = np.zeros((rows, chunks, _LANES), _F)
+    xs = np.ascontiguousarray(v.transpose(2, 0, 1, 3))  # vector j of every chunk: contiguous
+    buf = np.empty((2, 2, *m1.shape))  # both products and sums of a step (float64)
     for j in range(_CHUNK):
         act = (j < counts)[None, :, None]
         if not act.any():
             break
-        x = v[:, :, j, :]
+        x = xs[j]
         c = _F(1) / _F(j + 1)
-        delta = (x - m1).astype(_F)
+        delta = x - m1
         # float32: fmadd(c, delta, m1); bf16/fp16: fmadd(delta, c, m1) (same value)
-        n1 = mad(delta, c, m1, fused=fused)
-        n2 = mad(delta, (x - n1).astype(_F), m2, fused=fused)
+        if fused:
+            n1, n2 = _welford_fused(x, delta, c, m1, m2, buf)
+        else:
+            n1 = mad(delta, c, m1, fused=False)
+            n2 = mad(delta, x - n1, m2, fused=False)
         if act.all():  # every chunk still has a vector j (all but a short last chunk)
             m1, m2 = n1, n2
         else:
             m1 = np.where(act, n1, m1)
             m2 = np.where(act, n2, m2)
     return m1, m2
+
+
+def _welford_fused(x: np.ndarray, delta: np.ndarray, c: np.float32, m1: np.ndarray,
+                   m2: np.ndarray, buf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """One fused Welford step, ``n1 = fma(delta, c, m1)``, ``n2 = fma(delta, x - n1, m2)``, as
+    :func:`sum32` rounds them: the products are exact in float64, and a float64 sum rounded to
+    float32 is the fused result unless it lies on a float32 rounding boundary. Both sums are
+    tested in one pass; where a boundary shows up (mostly exact sums: with ``c`` a power of two
+    ``n1`` adds two float32 values) :func:`repair32` fixes the inexact ones, and ``n2`` is
+    recomputed by :func:`sum32` if a repaired ``n1`` changed it. ``buf``: (2, 2, *x.shape)
+    float64 scratch (products, sums)."""
+    d64 = delta.astype(np.float64)
+    prods, sums = buf[0], buf[1]
+    np.multiply(d64, np.float64(c), out=prods[0])
+    np.add(prods[0], m1, out=sums[0])
+    n1 = sums[0].astype(_F)
+    np.multiply(d64, x - n1, out=prods[1])
+    np.add(prods[1], m2, out=sums[1])
+    risky = boundary32(sums)
+    if not risky.any():
+        return n1, sums[1].astype(_F)
+    out = sums.astype(_F)
+    repair32(out, prods, np.stack([m1, m2]), sums, risky)
+    if np.array_equal(out[0].view(np.uint32), n1.view(np.uint32)):
+        return out[0], out[1]
+    return out[0], sum32(d64 * (x - out[0]), m2)
 
 
 def row_moments(x: np.ndarray, *, low: bool, capability: str, tail_fused: bool | None = None,
@@ -273,28 +304,34 @@ def _scan(terms: np.ndarray, risky_cols: int, buf: str) -> np.ndarray:
     """The buffers after ``buf = round_buf(float32(buf + term))`` for each step of ``terms``
     (steps, threads, columns; float64 terms that are float32 values or exact float32 products).
 
-    Each step costs four NumPy calls: the float64 sum ``s``, then float32 and the buffer's
-    format. Rounding ``s`` to float32 is the single rounding of the exact sum when the term is
-    a float32 value (Figueroa: 53 >= 2*24 + 2), and also for an exact product unless ``s`` was
-    inexact and lands on a float32 rounding boundary (a midpoint, or the float32 subnormal
-    range): those are found afterwards for the first ``risky_cols`` columns in one vectorised
-    TwoSum over every step, and the scan restarts after the first such step with that step
-    rounded by :func:`sum32` (round to odd)."""
+    A float32 buffer costs one NumPy call per step: ``np.add`` of the float64 term and the
+    float32 buffer runs NumPy's float64 loop and rounds the sum to float32 as it writes the next
+    buffer row; a 16-bit buffer adds the cast of that float32 row to its format (two calls).
+    Rounding the float64 sum ``s`` to float32 is the single rounding of the exact sum when the
+    term is a float32 value (Figueroa: 53 >= 2*24 + 2), and also for an exact product unless
+    ``s`` was inexact and lands on a float32 rounding boundary (a midpoint, or the float32
+    subnormal range): those are found afterwards for the first ``risky_cols`` columns in one
+    vectorised TwoSum over every step, and the scan restarts after the first such step with
+    that step rounded by :func:`sum32` (round to odd)."""
     n_steps = terms.shape[0]
-    after = np.zeros((n_steps + 1, *terms.shape[1:]), np.float64)  # after[k]: before step k
-    sums = np.zeros(terms.shape, np.float64)
+    low = buf != "float32"
+    # after[k]: the buffer before step k, in its own format; f32[k]: step k's float32 sum
+    after = np.zeros((n_steps + 1, *terms.shape[1:]), to(np.zeros(0, _F), buf).dtype)
+    f32 = np.zeros(terms.shape, _F) if low else after[1:]
     start = 0
     while start < n_steps:
-        for k in range(start, n_steps):
-            np.add(terms[k], after[k], out=sums[k])
-            after[k + 1] = to(sums[k].astype(_F), buf)
+        if low:
+            for k in range(start, n_steps):
+                np.add(terms[k], after[k], out=f32[k])
+                after[k + 1] = f32[k]  # float32 -> buffer format: the RNE cast of ``to``
+        else:
+            for k in range(start, n_steps):
+                np.add(terms[k], after[k], out=after[k + 1])
         if not risky_cols:
             break
-        p, c, s = (
-            terms[start:, :, :risky_cols],
-            after[start:-1, :, :risky_cols],
-            sums[start:, :, :risky_cols],
-        )
+        p = terms[start:, :, :risky_cols]
+        c = after[start:-1, :, :risky_cols].astype(np.float64)
+        s = p + c
         bits = s.view(np.uint64)
         mag = bits & np.uint64(0x7FFFFFFFFFFFFFFF)
         boundary = ((bits & np.uint64(0x1FFFFFFF)) == np.uint64(0x10000000)) | (
@@ -308,11 +345,12 @@ def _scan(terms: np.ndarray, risky_cols: int, buf: str) -> np.ndarray:
         if not bad.size:
             break
         k = start + int(bad[0])
-        fixed = sums[k].astype(_F)
-        fixed[:, :risky_cols] = sum32(terms[k, :, :risky_cols], after[k, :, :risky_cols])
+        prev = after[k].astype(np.float64)
+        fixed = (terms[k] + prev).astype(_F)
+        fixed[:, :risky_cols] = sum32(terms[k, :, :risky_cols], prev[:, :risky_cols])
         after[k + 1] = to(fixed, buf)
         start = k + 1
-    return after[n_steps]
+    return np.asarray(after[n_steps], np.float64)
 
 
 _REASON_DX = ("layer_norm_backward dX: float32 row sums ds=sum(dy*x*w), db=sum(dy*w) in SIMD-lane "
