@@ -16,6 +16,7 @@ True
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -40,8 +41,42 @@ def fma32(a: Any, b: Any, c: Any) -> np.ndarray:
     float32 subnormal range, where the boundary bits differ): only there the float64 sum's error
     is recovered by TwoSum and folded in by round-to-odd (53 >= 24 + 2 bits).
     """
+    a, b, c = np.asarray(a), np.asarray(b), np.asarray(c)
+    shape = np.broadcast_shapes(a.shape, b.shape, c.shape)
     with np.errstate(invalid="ignore", over="ignore"):
-        return sum32(np.asarray(a, np.float64) * np.asarray(b, np.float64), c)
+        if not shape:
+            return sum32(np.asarray(a, np.float64) * np.asarray(b, np.float64), c)
+        if c.dtype == np.float32:
+            fast = _by_power_of_two(a, b, c) if b.size == 1 else None
+            if fast is None and a.size == 1:
+                fast = _by_power_of_two(b, a, c)
+            if fast is not None:
+                return fast
+        # one float64 buffer, products then sums in place: fresh large temporaries cost more
+        # than the arithmetic (page faults); the products are recomputed where repair32 looks
+        s = np.empty(shape, np.float64)
+        np.multiply(a, b, out=s, dtype=np.float64)
+        np.add(s, c, out=s, dtype=np.float64)
+        out = s.astype(np.float32)
+        risky = boundary32(s)
+        if risky.any():
+            repair32(out, (a, b), c, s, risky)
+    return out
+
+
+def _by_power_of_two(a: np.ndarray, k: np.ndarray, c: np.ndarray) -> np.ndarray | None:
+    """``fma32(a, k, c)`` for float32 ``a``, ``c`` and one factor ``k`` a power of two (else
+    None): ``a * k`` is then exact in float32 unless it overflows or loses bits below the
+    subnormals, both seen by scaling back (NaN too: the general path takes it), so the fused
+    result is the float32 sum ``a * k + c``, one correct rounding."""
+    kf = float(k.reshape(()))
+    if a.dtype != np.float32 or kf == 0 or abs(math.frexp(kf)[0]) != 0.5 or abs(kf) > 2.0**127:
+        return None
+    k32 = np.float32(kf)
+    q = a * k32
+    if not np.array_equal(q / k32, a):
+        return None
+    return np.asarray(np.broadcast_to(q, np.broadcast_shapes(q.shape, k.shape)) + c, np.float32)
 
 
 def sum32(p: Any, c: Any) -> np.ndarray:
@@ -64,7 +99,8 @@ def sum32(p: Any, c: Any) -> np.ndarray:
 
 
 def repair32(out: np.ndarray, p: Any, c: Any, s: np.ndarray, risky: np.ndarray) -> None:
-    """Make ``out = float32(s)`` the single rounding of ``p + c`` where ``risky`` (a superset of
+    """Make ``out = float32(s)`` the single rounding of ``p + c`` (``p``: the exact product, or a
+    tuple of its two float32 factors, recomputed only where needed) where ``risky`` (a superset of
     the boundary sums, :func:`boundary32`) says it may not be: at those elements the TwoSum
     error ``e`` of ``s = RN64(p + c)`` is taken; where ``e != 0`` (an inexact sum: a nonzero
     ``p + c`` cannot round to zero in float64, so zeros are skipped first) ``s`` is made
@@ -75,7 +111,11 @@ def repair32(out: np.ndarray, p: Any, c: Any, s: np.ndarray, risky: np.ndarray) 
         if not risky.any():
             return
         idx = np.flatnonzero(risky)
-        ps, cs, ss = _at(p, s.shape, idx), _at(c, s.shape, idx), s.reshape(-1)[idx]
+        if isinstance(p, tuple):  # the product's float32 factors
+            ps = np.asarray(_at(p[0], s.shape, idx), np.float64) * _at(p[1], s.shape, idx)
+        else:
+            ps = np.asarray(_at(p, s.shape, idx), np.float64)
+        cs, ss = np.asarray(_at(c, s.shape, idx), np.float64), s.reshape(-1)[idx]
         bb = ss - ps
         e = (ps - (ss - bb)) + (cs - bb)
         bad = np.isfinite(e) & (e != 0)
@@ -127,6 +167,12 @@ def tree8(acc: np.ndarray, simd: bool, n: int = LANES) -> np.ndarray:
     """``vec_reduce_all`` of 8 float32 lanes: the AVX2 shuffle tree (halves, pairs, neighbours)
     on the SIMD builds, lane 0 plus each further lane in turn on ``default`` (and for a partial
     vector of ``n`` lanes)."""
+    if simd and n == LANES and acc.dtype == np.float32:
+        # lane 0 of the tree (float32 addition commutes): v0+v4, v1+v5, ...; then pairs;
+        # then neighbours (the other lanes hold the same sums, swapped)
+        w = acc[:, :4] + acc[:, 4:]
+        u = w[:, :2] + w[:, 2:]
+        return np.asarray(u[:, 0] + u[:, 1])
     if simd and n == LANES:
         v = acc
         for perm in ([4, 5, 6, 7, 0, 1, 2, 3], [2, 3, 0, 1, 6, 7, 4, 5], [1, 0, 3, 2, 5, 4, 7, 6]):
@@ -143,13 +189,13 @@ def row_dot(p: np.ndarray, q: np.ndarray, fused: bool) -> np.ndarray:
     rounds it): 8 lanes, full vectors added, the partial last vector fused on the SIMD builds
     (measured), then :func:`tree8`."""
     cols = p.shape[1]
-    t = (p * q).astype(np.float32)
+    t = np.asarray(p * q, np.float32)
     if cols < LANES:
         return tree8(t, False, cols)
     acc = t[:, :LANES].copy()
     full = cols - cols % LANES
     for d in range(LANES, full, LANES):
-        acc = (acc + t[:, d : d + LANES]).astype(np.float32)
+        np.add(acc, t[:, d : d + LANES], out=acc)  # float32 + float32: one rounding each
     if cols > full:
         r = cols - full
         acc[:, :r] = mad(p[:, full:], q[:, full:], acc[:, :r], fused=fused)

@@ -88,12 +88,12 @@ def _chunk_welford(v: np.ndarray, counts: np.ndarray, fused: bool) -> tuple[Any,
         if not act.any():
             break
         x = xs[j]
-        c = _F(1) / _F(j + 1)
         delta = x - m1
         # float32: fmadd(c, delta, m1); bf16/fp16: fmadd(delta, c, m1) (same value)
         if fused:
-            n1, n2 = _welford_fused(x, delta, c, m1, m2, buf)
+            n1, n2 = _welford_fused(x, delta, j, m1, m2, buf)
         else:
+            c = _F(1) / _F(j + 1)
             n1 = mad(delta, c, m1, fused=False)
             n2 = mad(delta, x - n1, m2, fused=False)
         if act.all():  # every chunk still has a vector j (all but a short last chunk)
@@ -104,30 +104,45 @@ def _chunk_welford(v: np.ndarray, counts: np.ndarray, fused: bool) -> tuple[Any,
     return m1, m2
 
 
-def _welford_fused(x: np.ndarray, delta: np.ndarray, c: np.float32, m1: np.ndarray,
-                   m2: np.ndarray, buf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
-    """One fused Welford step, ``n1 = fma(delta, c, m1)``, ``n2 = fma(delta, x - n1, m2)``, as
-    :func:`sum32` rounds them: the products are exact in float64, and a float64 sum rounded to
-    float32 is the fused result unless it lies on a float32 rounding boundary. Both sums are
-    tested in one pass; where a boundary shows up (mostly exact sums: with ``c`` a power of two
-    ``n1`` adds two float32 values) :func:`repair32` fixes the inexact ones, and ``n2`` is
-    recomputed by :func:`sum32` if a repaired ``n1`` changed it. ``buf``: (2, 2, *x.shape)
-    float64 scratch (products, sums)."""
+def _welford_fused(x: np.ndarray, delta: np.ndarray, j: int, m1: np.ndarray, m2: np.ndarray,
+                   buf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """Fused Welford step ``j``: ``n1 = fma(delta, c, m1)`` (c = float32(1/(j+1))), ``n2 =
+    fma(delta, x - n1, m2)``, rounded as :func:`sum32` rounds them: the products are exact in
+    float64, and a float64 sum rounded to float32 is the fused result unless it lies on a float32
+    rounding boundary; where one shows up :func:`repair32` fixes the inexact ones (and ``n2`` is
+    recomputed if a repaired ``n1`` changed). With ``c`` a power of two, ``delta * c`` is exact
+    in float32 unless it underflows (checked: scaling back gives ``delta``), so ``n1`` is then
+    the float32 sum ``m1 + delta * c``, correctly rounded (and exact sums on float32 midpoints,
+    common there, need no test). ``buf``: (2, 2, *x.shape) float64 scratch (products, sums)."""
+    c = _F(1) / _F(j + 1)
     d64 = delta.astype(np.float64)
     prods, sums = buf[0], buf[1]
-    np.multiply(d64, np.float64(c), out=prods[0])
-    np.add(prods[0], m1, out=sums[0])
-    n1 = sums[0].astype(_F)
+    n1 = None
+    if (j + 1) & j == 0:  # c = 2^-k
+        q = delta * c
+        if np.array_equal(q * _F(j + 1), delta):  # no bits lost (NaN deltas: general path)
+            n1 = m1 + q
+    if n1 is None:
+        np.multiply(d64, np.float64(c), out=prods[0])
+        np.add(prods[0], m1, out=sums[0])
+        n1 = sums[0].astype(_F)
+        test = sums
+    else:
+        test = sums[1]
     np.multiply(d64, x - n1, out=prods[1])
     np.add(prods[1], m2, out=sums[1])
-    risky = boundary32(sums)
+    risky = boundary32(test)
     if not risky.any():
         return n1, sums[1].astype(_F)
-    out = sums.astype(_F)
-    repair32(out, prods, np.stack([m1, m2]), sums, risky)
-    if np.array_equal(out[0].view(np.uint32), n1.view(np.uint32)):
+    if test is sums:
+        out = sums.astype(_F)
+        repair32(out, prods, np.stack([m1, m2]), sums, risky)
+        if not np.array_equal(out[0].view(np.uint32), n1.view(np.uint32)):
+            return out[0], sum32(d64 * (x - out[0]), m2)
         return out[0], out[1]
-    return out[0], sum32(d64 * (x - out[0]), m2)
+    n2 = sums[1].astype(_F)
+    repair32(n2, prods[1], m2, sums[1], risky)
+    return n1, n2
 
 
 def row_moments(x: np.ndarray, *, low: bool, capability: str, tail_fused: bool | None = None,
@@ -188,17 +203,24 @@ def _row_moments(x: np.ndarray, low: bool, fused: bool, tail_fused: bool,
         c0 += 1
         m1 = (m1 + (delta / _F(c0)).astype(_F)).astype(_F)
         m2 = mad(delta, (xi - m1).astype(_F), m2, fused=tfused)
+    # AddMoments of each lane in turn: the mean recurrence runs lane by lane; the variance
+    # terms fma(delta^2 c, c0, m2a) depend only on it, so they are formed for all lanes at once
+    # and summed into m2 in lane order (accumulate: sequential float32 additions)
     m0_add = n * vec // _LANES
+    deltas = np.empty((rows, _LANES), _F)
+    cs, c0s = np.zeros(_LANES, _F), np.zeros(_LANES, _F)
     for lane in range(_LANES):
-        m1a, m2a = stk[0][1][:, lane], stk[0][2][:, lane]
         tot = c0 + m0_add
         c = _F(0) if tot == 0 else _F(m0_add) / _F(tot)
-        delta = (m1a - m1).astype(_F)
+        delta = np.asarray(stk[0][1][:, lane] - m1, _F)
+        deltas[:, lane] = delta
         m1 = mad(c, delta, m1, fused=fused)
-        t = ((delta * delta).astype(_F) * c).astype(_F)
-        m2 = (m2 + mad(t, _F(c0), m2a, fused=fused)).astype(_F)
+        cs[lane], c0s[lane] = c, c0
         c0 = tot
-    return m1, (m2 / _F(cols - ddof)).astype(_F)
+    t = (deltas * deltas) * cs  # float32: two roundings, as per lane
+    q = mad(t, c0s, stk[0][2], fused=fused)
+    m2 = np.add.accumulate(np.concatenate([np.asarray(m2, _F)[:, None], q], axis=1), axis=1)
+    return m1, (m2[:, -1] / _F(cols - ddof)).astype(_F)
 
 
 def _args(call: Call, *names: str) -> list[Any]:
@@ -250,17 +272,16 @@ def _layer_norm_dx_f32(dy: np.ndarray, x: np.ndarray, mean: np.ndarray, rstd: np
     b*x + ... (the ``default`` build rounds every operation). Without weights: ds = sum(dy*x),
     db = sum(dy), dx = (b*x + a*dy) + c."""
     cols = dy.shape[1]
-    ones = np.ones_like(dy)
-    gb = ones if g is None else np.broadcast_to(g, dy.shape)
-    ds = row_dot(dy, x, fused) if g is None else row_dot((dy * x).astype(_F), gb, fused)
+    gb = np.ones_like(dy) if g is None else np.broadcast_to(g, dy.shape)
+    ds = row_dot(dy, x, fused) if g is None else row_dot(dy * x, gb, fused)  # float32 products
     db = row_dot(dy, gb, fused)
     scale = _F(1) / _F(cols)
     a = rstd
     b0 = mad(db, mean, -ds, fused=fused)
     b = ((((b0 * a).astype(_F) * a).astype(_F) * a).astype(_F) * scale).astype(_F)
     c = mad(-b, mean, -((db * a).astype(_F) * scale).astype(_F), fused=fused)
-    ady = (a[:, None] * dy).astype(_F)
-    return np.asarray(mad(b[:, None], x, (ady * gb).astype(_F), fused=fused) + c[:, None], _F)
+    ady = a[:, None] * dy  # float32 operands: float32 results, one rounding each
+    return np.asarray(mad(b[:, None], x, ady * gb, fused=fused) + c[:, None], _F)
 
 
 def _layer_norm_dwdb(
@@ -281,16 +302,17 @@ def _layer_norm_dwdb(
     chunk = -(-rows // used) if rows else 0
     bias = (-rstd * mean).astype(_F)
 
-    def steps(a: np.ndarray) -> np.ndarray:  # (rows, cols) -> (chunk, used, cols), zero padded
-        out = np.zeros((used * chunk, cols), a.dtype)
-        out[:rows] = a
-        return out.reshape(used, chunk, cols).transpose(1, 0, 2)
-
     with np.errstate(all="ignore"):
         xhat = mad(rstd[:, None], x, bias[:, None], fused=fused)
-        prod = dy.astype(np.float64) * xhat.astype(np.float64) if fused else (dy * xhat)
-        terms = np.concatenate([steps(np.asarray(prod, np.float64)),
-                                steps(dy.astype(np.float64))], axis=2)  # fmt: skip
+        # the terms laid out step by step, (chunk, used, 2 cols): thread t's rows are
+        # [t*chunk, (t+1)*chunk), zero padded; products then dy
+        flat = np.zeros((used * chunk, 2 * cols))
+        if fused:  # exact in float64
+            np.multiply(dy, xhat, out=flat[:rows, :cols], dtype=np.float64)
+        else:
+            flat[:rows, :cols] = dy * xhat
+        flat[:rows, cols:] = dy
+        terms = flat.reshape(used, chunk, 2 * cols).transpose(1, 0, 2)
         acc = _scan(terms, cols if fused else 0, buf)
         g = np.zeros(cols, _F)
         bb = np.zeros(cols, _F)
@@ -318,33 +340,32 @@ def _scan(terms: np.ndarray, risky_cols: int, buf: str) -> np.ndarray:
     # after[k]: the buffer before step k, in its own format; f32[k]: step k's float32 sum
     after = np.zeros((n_steps + 1, *terms.shape[1:]), to(np.zeros(0, _F), buf).dtype)
     f32 = np.zeros(terms.shape, _F) if low else after[1:]
+    rows_t, rows_a, rows_f = list(terms), list(after), list(f32)  # row views: fewer calls
     start = 0
     while start < n_steps:
         if low:
             for k in range(start, n_steps):
-                np.add(terms[k], after[k], out=f32[k])
-                after[k + 1] = f32[k]  # float32 -> buffer format: the RNE cast of ``to``
+                np.add(rows_t[k], rows_a[k], rows_f[k])
+                rows_a[k + 1][...] = rows_f[k]  # float32 -> buffer format: the RNE cast of ``to``
         else:
             for k in range(start, n_steps):
-                np.add(terms[k], after[k], out=after[k + 1])
+                np.add(rows_t[k], rows_a[k], rows_a[k + 1])
         if not risky_cols:
             break
         p = terms[start:, :, :risky_cols]
         c = after[start:-1, :, :risky_cols].astype(np.float64)
         s = p + c
-        bits = s.view(np.uint64)
-        mag = bits & np.uint64(0x7FFFFFFFFFFFFFFF)
-        boundary = ((bits & np.uint64(0x1FFFFFFF)) == np.uint64(0x10000000)) | (
-            (mag != 0) & (mag < np.uint64(0x3810000000000000))
-        )
-        if not boundary.any():
+        risky = boundary32(s)
+        if not risky.any():
             break
-        bb = s - p
-        err = (p - (s - bb)) + (c - bb)
-        bad = np.nonzero((boundary & (err != 0) & np.isfinite(err)).any(axis=(1, 2)))[0]
+        idx = np.flatnonzero(risky & (s != 0))  # a zero sum is exact
+        ps, cs, ss = p.reshape(-1)[idx], c.reshape(-1)[idx], s.reshape(-1)[idx]
+        bb = ss - ps
+        err = (ps - (ss - bb)) + (cs - bb)
+        bad = idx[(err != 0) & np.isfinite(err)]
         if not bad.size:
             break
-        k = start + int(bad[0])
+        k = start + int(bad[0]) // (s[0].size)  # the first step with an inexact boundary sum
         prev = after[k].astype(np.float64)
         fixed = (terms[k] + prev).astype(_F)
         fixed[:, :risky_cols] = sum32(terms[k, :, :risky_cols], prev[:, :risky_cols])
