@@ -52,8 +52,16 @@ def fma32(a: Any, b: Any, c: Any) -> np.ndarray:
                 fast = _by_power_of_two(b, a, c)
             if fast is not None:
                 return fast
-        # one float64 buffer, products then sums in place: fresh large temporaries cost more
-        # than the arithmetic (page faults); the products are recomputed where repair32 looks
+        n = math.prod(shape)
+        if n > _BLOCK and shape[0] > 1:  # row blocks: temporaries that stay in cache
+            step = max(1, shape[0] * _BLOCK // n)
+            a, b, c = (np.broadcast_to(v, shape) for v in (a, b, c))
+            out = np.empty(shape, np.float32)
+            for i in range(0, shape[0], step):
+                out[i : i + step] = fma32(a[i : i + step], b[i : i + step], c[i : i + step])
+            return out
+        # one float64 buffer, products then sums in place; the products are recomputed only
+        # where repair32 looks
         s = np.empty(shape, np.float64)
         np.multiply(a, b, out=s, dtype=np.float64)
         np.add(s, c, out=s, dtype=np.float64)
@@ -62,6 +70,11 @@ def fma32(a: Any, b: Any, c: Any) -> np.ndarray:
         if risky.any():
             repair32(out, (a, b), c, s, risky)
     return out
+
+
+#: elements per block of a large :func:`fma32` (its float64 temporaries then stay in cache:
+#: measured about 2x faster on 512 x 128 than one pass over the whole array)
+_BLOCK = 16384
 
 
 def _by_power_of_two(a: np.ndarray, k: np.ndarray, c: np.ndarray) -> np.ndarray | None:

@@ -340,7 +340,8 @@ def _scan(terms: np.ndarray, risky_cols: int, buf: str) -> np.ndarray:
     # after[k]: the buffer before step k, in its own format; f32[k]: step k's float32 sum
     after = np.zeros((n_steps + 1, *terms.shape[1:]), to(np.zeros(0, _F), buf).dtype)
     f32 = np.zeros(terms.shape, _F) if low else after[1:]
-    rows_t, rows_a, rows_f = list(terms), list(after), list(f32)  # row views: fewer calls
+    rows_t, rows_a = list(terms), list(after)  # row views: fewer calls per step
+    rows_f = list(f32) if low else rows_a
     start = 0
     while start < n_steps:
         if low:
@@ -352,26 +353,40 @@ def _scan(terms: np.ndarray, risky_cols: int, buf: str) -> np.ndarray:
                 np.add(rows_t[k], rows_a[k], rows_a[k + 1])
         if not risky_cols:
             break
-        p = terms[start:, :, :risky_cols]
-        c = after[start:-1, :, :risky_cols].astype(np.float64)
-        s = p + c
-        risky = boundary32(s)
-        if not risky.any():
+        k = _first_inexact(terms, after, start, risky_cols)
+        if k is None:
             break
-        idx = np.flatnonzero(risky & (s != 0))  # a zero sum is exact
-        ps, cs, ss = p.reshape(-1)[idx], c.reshape(-1)[idx], s.reshape(-1)[idx]
-        bb = ss - ps
-        err = (ps - (ss - bb)) + (cs - bb)
-        bad = idx[(err != 0) & np.isfinite(err)]
-        if not bad.size:
-            break
-        k = start + int(bad[0]) // (s[0].size)  # the first step with an inexact boundary sum
         prev = after[k].astype(np.float64)
         fixed = (terms[k] + prev).astype(_F)
         fixed[:, :risky_cols] = sum32(terms[k, :, :risky_cols], prev[:, :risky_cols])
         after[k + 1] = to(fixed, buf)
         start = k + 1
     return np.asarray(after[n_steps], np.float64)
+
+
+def _first_inexact(terms: np.ndarray, after: np.ndarray, start: int, cols: int) -> int | None:
+    """The first step from ``start`` whose float64 sum ``terms[k] + after[k]`` (first ``cols``
+    columns) is inexact and on a float32 rounding boundary (:func:`boundary32`, then TwoSum at
+    the boundary sums only), or None. Blocks of steps keep the temporaries in cache."""
+    n_steps = terms.shape[0]
+    per = max(1, 16384 // max(1, terms[0, :, :cols].size))
+    for k0 in range(start, n_steps, per):
+        end = min(k0 + per, n_steps)
+        p = terms[k0:end, :, :cols]
+        c = after[k0:end, :, :cols].astype(np.float64)
+        s = p + c
+        risky = boundary32(s)
+        if not risky.any():
+            continue
+        idx = np.flatnonzero(risky & (s != 0))  # a zero sum is exact
+        ps = p[np.unravel_index(idx, p.shape)]
+        cs, ss = c.reshape(-1)[idx], s.reshape(-1)[idx]
+        bb = ss - ps
+        err = (ps - (ss - bb)) + (cs - bb)
+        bad = idx[(err != 0) & np.isfinite(err)]
+        if bad.size:
+            return k0 + int(bad[0]) // s[0].size
+    return None
 
 
 _REASON_DX = ("layer_norm_backward dX: float32 row sums ds=sum(dy*x*w), db=sum(dy*w) in SIMD-lane "
@@ -408,8 +423,11 @@ def layer_norm_backward(call: Call) -> list[Out | None]:
         "output_mask",
     )  # fmt: skip
     rows, cols = _split(x, shape)
-    d = np.asarray(dy, np.float64).reshape(rows, cols)
-    xx = np.asarray(x, np.float64).reshape(rows, cols)
+
+
+    def wide(v: Any) -> np.ndarray:  # float64 copies only for the bounded outputs
+        return np.asarray(v, np.float64).reshape(rows, cols)
+
     mu = np.asarray(mean, np.float64).reshape(rows, 1)
     a = np.asarray(rstd, np.float64).reshape(rows, 1)
     g = np.ones((1, cols)) if w is None else np.asarray(w, np.float64).reshape(1, cols)
@@ -427,7 +445,7 @@ def layer_norm_backward(call: Call) -> list[Out | None]:
                 )  # fmt: skip
                 outs.append(exact(dx32.reshape(x.shape)))
             else:
-                outs.append(_dx_bounded(d, xx, mu, a, g, cols, name, x.shape))
+                outs.append(_dx_bounded(wide(dy), wide(x), mu, a, g, cols, name, x.shape))
         u_in = _unit(str(np.dtype(x.dtype).name))
         omega = float(np.expm1(rows * np.log1p(u_in) + (2 * rows + 3) * np.log1p(U32)))
         threads = call.options.get("num_threads")
@@ -446,6 +464,7 @@ def layer_norm_backward(call: Call) -> list[Out | None]:
             else:
                 bi = np.asarray((-np.asarray(rstd, _F) * np.asarray(mean, _F)), np.float64)
                 bi = bi.reshape(rows, 1)
+                d, xx = wide(dy), wide(x)
                 center = (d * (a * xx + bi)).sum(0)
                 err = omega * (np.abs(d) * (np.abs(a * xx) + np.abs(bi))).sum(0)
                 outs.append(bounded(to(center, name).reshape(np.shape(w)),
@@ -456,6 +475,7 @@ def layer_norm_backward(call: Call) -> list[Out | None]:
             if pinned is not None:
                 outs.append(exact(to(pinned[1], name).reshape(np.shape(b))))
             else:
+                d = wide(dy)
                 center = d.sum(0)
                 err = omega * np.abs(d).sum(0)
                 outs.append(bounded(to(center, name).reshape(np.shape(b)),
