@@ -42,7 +42,7 @@ def fma32(a: Any, b: Any, c: Any) -> np.ndarray:
     is recovered by TwoSum and folded in by round-to-odd (53 >= 24 + 2 bits).
     """
     a, b, c = np.asarray(a), np.asarray(b), np.asarray(c)
-    shape = np.broadcast_shapes(a.shape, b.shape, c.shape)
+    shape = np.broadcast(a, b, c).shape
     with np.errstate(invalid="ignore", over="ignore"):
         if not shape:
             return sum32(np.asarray(a, np.float64) * np.asarray(b, np.float64), c)
@@ -62,8 +62,10 @@ def fma32(a: Any, b: Any, c: Any) -> np.ndarray:
             return out
         # one float64 buffer, products then sums in place; the products are recomputed only
         # where repair32 looks
+        big, small = (a, b) if a.size >= b.size else (b, a)
         s = np.empty(shape, np.float64)
-        np.multiply(a, b, out=s, dtype=np.float64)
+        s[...] = big  # exact widening (a cast in the assignment: the fastest measured order)
+        np.multiply(s, np.asarray(small, np.float64), out=s)
         np.add(s, c, out=s, dtype=np.float64)
         out = s.astype(np.float32)
         risky = boundary32(s)
