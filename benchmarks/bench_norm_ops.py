@@ -44,16 +44,16 @@ def _old_modules(base: str) -> types.ModuleType:
                               check=True, capture_output=True, text=True).stdout  # fmt: skip
 
     fma = types.ModuleType("_old_fma")
-    exec(compile(src("fpemu/validate/ops/_fma.py"), "old_fma", "exec"), fma.__dict__)  # noqa: S102
+    exec(compile(src("fpemu/validate/ops/_fma.py"), "old_fma", "exec"), fma.__dict__)
     sys.modules["_old_fma"] = fma
     text = src("fpemu/validate/ops/norms.py").replace(
         "from fpemu.validate.ops._fma import", "from _old_fma import"
     )
     norms = types.ModuleType("_old_norms")
     real = ops.register
-    ops.register = lambda *names: (lambda fn: fn)  # type: ignore[assignment]
+    ops.register = lambda *names: lambda fn: fn  # type: ignore[assignment]
     try:
-        exec(compile(text, "old_norms", "exec"), norms.__dict__)  # noqa: S102
+        exec(compile(text, "old_norms", "exec"), norms.__dict__)
     finally:
         ops.register = real
     return norms

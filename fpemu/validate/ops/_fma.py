@@ -23,7 +23,8 @@ import numpy as np
 
 from fpemu.arith import round_to_odd
 
-__all__ = ["LANES", "U32", "boundary32", "fma32", "gamma", "grow", "mad", "repair32", "row_dot", "sum32", "tree8"]
+__all__ = ["LANES", "U32", "boundary32", "fma32", "gamma", "grow", "mad", "repair32", "row_dot",
+           "sum32", "tree8"]  # fmt: skip
 
 #: unit roundoff of float32
 U32 = 2.0**-24

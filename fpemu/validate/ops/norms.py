@@ -353,9 +353,10 @@ def _scan(terms: np.ndarray, risky_cols: int, buf: str) -> np.ndarray:
                 np.add(rows_t[k], rows_a[k], rows_a[k + 1])
         if not risky_cols:
             break
-        k = _first_inexact(terms, after, start, risky_cols)
-        if k is None:
+        bad_step = _first_inexact(terms, after, start, risky_cols)
+        if bad_step is None:
             break
+        k = bad_step
         prev = after[k].astype(np.float64)
         fixed = (terms[k] + prev).astype(_F)
         fixed[:, :risky_cols] = sum32(terms[k, :, :risky_cols], prev[:, :risky_cols])
@@ -364,12 +365,16 @@ def _scan(terms: np.ndarray, risky_cols: int, buf: str) -> np.ndarray:
     return np.asarray(after[n_steps], np.float64)
 
 
+#: sums per block of the buffer scan's boundary check (cache-sized float64 temporaries)
+_CHECK_BLOCK = 16384
+
+
 def _first_inexact(terms: np.ndarray, after: np.ndarray, start: int, cols: int) -> int | None:
     """The first step from ``start`` whose float64 sum ``terms[k] + after[k]`` (first ``cols``
     columns) is inexact and on a float32 rounding boundary (:func:`boundary32`, then TwoSum at
     the boundary sums only), or None. Blocks of steps keep the temporaries in cache."""
     n_steps = terms.shape[0]
-    per = max(1, 16384 // max(1, terms[0, :, :cols].size))
+    per = max(1, _CHECK_BLOCK // max(1, terms[0, :, :cols].size))
     for k0 in range(start, n_steps, per):
         end = min(k0 + per, n_steps)
         p = terms[k0:end, :, :cols]
@@ -385,7 +390,7 @@ def _first_inexact(terms: np.ndarray, after: np.ndarray, start: int, cols: int) 
         err = (ps - (ss - bb)) + (cs - bb)
         bad = idx[(err != 0) & np.isfinite(err)]
         if bad.size:
-            return k0 + int(bad[0]) // s[0].size
+            return k0 + int(bad[0]) // int(s[0].size)
     return None
 
 
@@ -423,7 +428,6 @@ def layer_norm_backward(call: Call) -> list[Out | None]:
         "output_mask",
     )  # fmt: skip
     rows, cols = _split(x, shape)
-
 
     def wide(v: Any) -> np.ndarray:  # float64 copies only for the bounded outputs
         return np.asarray(v, np.float64).reshape(rows, cols)
