@@ -171,7 +171,7 @@ def test_welford_step_against_the_exact_oracle() -> None:
     every step j of a chunk, on few-bit data (exact sums on float32 midpoints), float32-subnormal
     data (``delta * c`` loses bits below the subnormals: ties the float32 path would round
     differently), ordinary data, zeros, inf and NaN."""
-    from fpemu.validate.ops.norms import _F, _welford_fused  # noqa: PLC0415
+    from fpemu.validate.ops._moments import _F, _welford_fused  # noqa: PLC0415
 
     g = np.random.default_rng(13)
     shape = (16, 6, 1, 8)  # a vector per step
@@ -204,7 +204,7 @@ def test_welford_step_repairs_inexact_midpoints() -> None:
     """Welford steps whose variance sum ``delta * (x - n1) + m2`` is inexact in float64 and
     lands on a float32 midpoint (found by search from the fma family above: plain float64 then
     float32 gives the wrong neighbour for every one of them) equal the exact oracle."""
-    from fpemu.validate.ops.norms import _F, _welford_fused  # noqa: PLC0415
+    from fpemu.validate.ops._moments import _F, _welford_fused  # noqa: PLC0415
 
     j, c = 2, _F(1) / _F(3)
     cases = []
