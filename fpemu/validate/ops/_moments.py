@@ -141,8 +141,11 @@ def _row_moments(x: np.ndarray, low: bool, fused: bool, tail_fused: bool,
     zero = np.zeros((rows, _LANES), _F)
     stk: list[list[Any]] = [[0, zero, zero] for _ in range(max(depth, 1))]
     if n:
-        body = np.zeros((rows, m * _CHUNK * vec), _F)
-        body[:, : n * vec] = x[:, : n * vec]
+        if m * _CHUNK * vec == cols:  # whole chunks: a view (the Welford step copies per j)
+            body = np.asarray(x, _F)
+        else:
+            body = np.zeros((rows, m * _CHUNK * vec), _F)
+            body[:, : n * vec] = x[:, : n * vec]
         body4 = body.reshape(rows, m, _CHUNK, vec)
         counts = np.minimum(_CHUNK, n - _CHUNK * np.arange(m))
         if low:  # both halves of each 16-element vector in one pass (rows stacked)

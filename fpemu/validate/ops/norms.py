@@ -90,7 +90,7 @@ def layer_norm(call: Call) -> list[Out | None]:
             bias = (-rstd * mean).astype(_F)
             t = mad(x2, rstd[:, None], bias[:, None], fused=fused)
         else:
-            t = ((x2 + (-mean)[:, None]).astype(_F) * rstd[:, None]).astype(_F)
+            t = (x2 + (-mean)[:, None]) * rstd[:, None]  # float32 operands: float32 roundings
         y = mad(t, g, bb, fused=fused)
     stat_shape = x.shape[: x.ndim - len(shape)] + (1,) * len(shape)
     ynames = call.out_dtypes
