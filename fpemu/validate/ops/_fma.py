@@ -40,7 +40,9 @@ def fma32(a: Any, b: Any, c: Any) -> np.ndarray:
     one float64 rounding; rounding ``s`` to float32 is then the correct single rounding except
     where ``s`` lands exactly on a float32 rounding boundary (a midpoint, or anywhere in the
     float32 subnormal range, where the boundary bits differ): only there the float64 sum's error
-    is recovered by TwoSum and folded in by round-to-odd (53 >= 24 + 2 bits).
+    is recovered by TwoSum and folded in by round-to-odd (53 >= 24 + 2 bits). Large arrays run
+    in row blocks of :data:`_BLOCK` elements; a scalar power-of-two factor makes the product
+    exact in float32 (checked), so the float32 sum is then the answer.
     """
     a, b, c = np.asarray(a), np.asarray(b), np.asarray(c)
     shape = np.broadcast(a, b, c).shape
