@@ -88,8 +88,12 @@ def _by_power_of_two(a: np.ndarray, k: np.ndarray, c: np.ndarray) -> np.ndarray 
     subnormals, both seen by scaling back (NaN too: the general path takes it), so the fused
     result is the float32 sum ``a * k + c``, one correct rounding."""
     kf = float(k.reshape(()))
-    if a.dtype != np.float32 or kf == 0 or abs(math.frexp(kf)[0]) != 0.5 or abs(kf) > 2.0**127:
-        return None
+    if (
+        a.dtype != np.float32
+        or abs(math.frexp(kf)[0]) != 0.5
+        or not 2.0**-149 <= abs(kf) <= 2.0**127
+    ):
+        return None  # not a float32 power of two (zero, inf, NaN included)
     k32 = np.float32(kf)
     q = a * k32
     if not np.array_equal(q / k32, a):
