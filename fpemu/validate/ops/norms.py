@@ -172,20 +172,24 @@ def _scan(terms: np.ndarray, risky_cols: int, buf: str) -> np.ndarray:
     that step rounded by :func:`sum32` (round to odd)."""
     n_steps = terms.shape[0]
     low = buf != "float32"
-    # after[k]: the buffer before step k, in its own format; f32[k]: step k's float32 sum
+    # after[k]: the buffer before step k, in its own format; rows_f[k]: step k's float32 sum
+    # (a float32 buffer's own next row); lists of row views: fewer calls per step
     after = np.zeros((n_steps + 1, *terms.shape[1:]), to(np.zeros(0, _F), buf).dtype)
-    f32 = np.zeros(terms.shape, _F) if low else after[1:]
-    rows_t, rows_a = list(terms), list(after)  # row views: fewer calls per step
-    rows_f = list(f32) if low else rows_a
+    rows_t, rows_a = list(terms), list(after)
+    rows_f = list(np.zeros(terms.shape, _F)) if low else rows_a[1:]
     start = 0
     while start < n_steps:
+        todo = zip(
+            rows_t[start:], rows_a[start:-1], rows_a[start + 1 :], rows_f[start:], strict=True
+        )
+        add = np.add
         if low:
-            for k in range(start, n_steps):
-                np.add(rows_t[k], rows_a[k], rows_f[k])
-                rows_a[k + 1][...] = rows_f[k]  # float32 -> buffer format: the RNE cast of ``to``
+            for t, a0, a1, f in todo:
+                add(t, a0, f)
+                a1[...] = f  # float32 -> buffer format: the RNE cast of ``to``
         else:
-            for k in range(start, n_steps):
-                np.add(rows_t[k], rows_a[k], rows_a[k + 1])
+            for t, a0, a1, _ in todo:
+                add(t, a0, a1)
         if not risky_cols:
             break
         bad_step = _first_inexact(terms, after, start, risky_cols)
