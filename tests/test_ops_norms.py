@@ -196,10 +196,11 @@ def _scan_oracle(terms: np.ndarray, buf: str) -> np.ndarray:
 
 @pytest.mark.parametrize("buf", ["float32", "bfloat16", "float16"])
 def test_layer_norm_buffer_scan_is_the_exact_loop(buf: str) -> None:
-    """The weight-gradient buffer loop (four NumPy calls per row, boundary cases found after the
-    loop and the loop restarted there) equals the loop with exact sums, on random exact products
-    and on products built so the float64 sum is inexact and lands on a float32 midpoint (the
-    double rounding the restart must repair) at several steps, including the last."""
+    """The weight-gradient buffer loop (one or two NumPy calls per row, boundary cases found
+    after the loop and the loop restarted there) equals the loop with exact sums, on random
+    exact products and on products built so the float64 sum is inexact and lands on a float32
+    midpoint (the double rounding the restart must repair) at several steps, including the
+    last."""
     from fpemu.validate.ops.norms import _scan  # noqa: PLC0415
 
     rng = np.random.default_rng(7)
@@ -230,6 +231,34 @@ def test_layer_norm_buffer_scan_is_the_exact_loop(buf: str) -> None:
         t[1] = h + 2.0**-24 + 2.0**-60
         ours = _scan(t, 1, buf)
         assert ours[0, 0] == 1 + 2 * h == _scan_oracle(t, buf)[0, 0]
+
+
+@pytest.mark.parametrize("buf", ["float32", "bfloat16", "float16"])
+def test_layer_norm_buffer_scan_checks_every_block(
+    buf: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The scan's boundary check runs over blocks of steps (cache-sized): with 3 steps a block,
+    double-rounding cases in later blocks (steps 13 and 27, after random exact products) are
+    still found and repaired, equal to the exact loop."""
+    from fpemu.validate.ops import norms  # noqa: PLC0415
+
+    monkeypatch.setattr(norms, "_CHECK_BLOCK", 24)  # 2 threads x 4 columns: 3 steps a block
+    rng = np.random.default_rng(17)
+    a = rng.standard_normal((30, 2, 4)).astype(np.float32).astype(np.float64)
+    b = rng.standard_normal((30, 2, 4)).astype(np.float32).astype(np.float64)
+    t = a * b * 2.0**-30  # small next to the buffer's 1: the buffer stays near 1
+    t[0] = 1.0
+    ours, oracle = norms._scan(t, 4, buf), _scan_oracle(t, buf)
+    assert (ours.view(np.uint64) == oracle.view(np.uint64)).all()
+    # now buffers exactly at 1 when the crafted terms arrive: zero terms between them
+    t = np.zeros((30, 2, 4))
+    t[0] = 1.0
+    t[13, 0, 1] = 2.0**-24 + 2.0**-76  # float64 rounds onto the float32 midpoint 1 + 2^-24
+    t[27, 1, 3] = -(2.0**-25 + 2.0**-77)
+    ours, oracle = norms._scan(t, 4, buf), _scan_oracle(t, buf)
+    assert (ours.view(np.uint64) == oracle.view(np.uint64)).all()
+    if buf == "float32":  # repaired: plain float64 then float32 would leave 1.0
+        assert ours[0, 1] == 1 + 2.0**-23 and ours[1, 3] == 1 - 2.0**-24
 
 
 @pytest.mark.parametrize("dt", [torch.bfloat16, torch.float16])

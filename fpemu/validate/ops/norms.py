@@ -49,125 +49,13 @@ from typing import Any
 import numpy as np
 
 from fpemu.validate.ops import Call, Out, bounded, exact, lazy, register
-from fpemu.validate.ops._fma import U32, gamma, mad, row_dot, sum32
+from fpemu.validate.ops._fma import U32, boundary32, gamma, mad, row_dot, sum32
+from fpemu.validate.ops._moments import row_moments
 from fpemu.validate.ops._num import to
 
 __all__ = ["layer_norm", "layer_norm_backward", "row_moments"]
 
 _F = np.float32
-_LANES = 8  # float32 lanes of the Vectorized accumulators (measured on avx512, avx2, default)
-_CHUNK = 16  # kChunkSize in moments_utils.h
-
-
-def _ceil_log2(m: int) -> int:
-    return 1 if m <= 2 else (m - 1).bit_length()
-
-
-def _add_vec(m0a: int, m1a: np.ndarray, m2a: np.ndarray, st: list[Any], fused: bool) -> None:
-    """``AddMomentsVec``: merge (m0a, m1a, m2a) into the stack entry ``st`` in place."""
-    n = st[0] + m0a
-    c = _F(0) if n == 0 else _F(m0a) / _F(n)
-    delta = (m1a - st[1]).astype(_F)
-    m2_tmp = (st[2] + m2a).astype(_F)
-    c_delta = (c * delta).astype(_F)
-    m0_delta = (delta * _F(st[0])).astype(_F)
-    st[1] = (st[1] + c_delta).astype(_F)
-    st[2] = mad(m0_delta, c_delta, m2_tmp, fused=fused)
-    st[0] = n
-
-
-def _chunk_welford(v: np.ndarray, counts: np.ndarray, fused: bool) -> tuple[Any, Any]:
-    """Welford over the vectors of every chunk at once: ``v`` is (M, chunks, 16, 8)."""
-    rows, chunks = v.shape[0], v.shape[1]
-    m1 = np.zeros((rows, chunks, _LANES), _F)
-    m2 = np.zeros((rows, chunks, _LANES), _F)
-    for j in range(_CHUNK):
-        act = (j < counts)[None, :, None]
-        if not act.any():
-            break
-        x = v[:, :, j, :]
-        c = _F(1) / _F(j + 1)
-        delta = (x - m1).astype(_F)
-        # float32: fmadd(c, delta, m1); bf16/fp16: fmadd(delta, c, m1) (same value)
-        n1 = mad(delta, c, m1, fused=fused)
-        n2 = mad(delta, (x - n1).astype(_F), m2, fused=fused)
-        if act.all():  # every chunk still has a vector j (all but a short last chunk)
-            m1, m2 = n1, n2
-        else:
-            m1 = np.where(act, n1, m1)
-            m2 = np.where(act, n2, m2)
-    return m1, m2
-
-
-def row_moments(x: np.ndarray, *, low: bool, capability: str, tail_fused: bool | None = None,
-                ddof: int = 0) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
-    """torch's ``RowwiseMoments`` of every row of ``x`` (float32 (M, N)): (mean, variance).
-
-    ``low``: the input was bfloat16/float16 (16-element vectors split into two float halves).
-    ``tail_fused``: whether the scalar tail loop fuses ``m2 += delta * (x - m1)`` (default:
-    never; layer norm's float16 instantiation does on the SIMD builds).
-
-    >>> m, v = row_moments(np.float32([[1, 2, 3, 4, 5, 6, 7, 8, 9]]), low=False,
-    ...                    capability="avx2")
-    >>> m.tolist(), v.tolist()  # the variance is one ulp above float32(20/3): Welford's roundings
-    ([5.0], [6.6666669845581055])
-    """
-    with np.errstate(all="ignore"):  # inf/NaN rows propagate as in the kernel
-        return _row_moments(x, low, capability != "default", bool(tail_fused), ddof)
-
-
-def _row_moments(x: np.ndarray, low: bool, fused: bool, tail_fused: bool,
-                 ddof: int) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
-    tfused = fused and tail_fused
-    rows, cols = x.shape
-    vec = 2 * _LANES if low else _LANES
-    n = cols // vec
-    m = -(-n // _CHUNK)
-    depth = _ceil_log2(m)
-    zero = np.zeros((rows, _LANES), _F)
-    stk: list[list[Any]] = [[0, zero, zero] for _ in range(max(depth, 1))]
-    if n:
-        body = np.zeros((rows, m * _CHUNK * vec), _F)
-        body[:, : n * vec] = x[:, : n * vec]
-        body4 = body.reshape(rows, m, _CHUNK, vec)
-        counts = np.minimum(_CHUNK, n - _CHUNK * np.arange(m))
-        if low:  # both halves of each 16-element vector in one pass (rows stacked)
-            both = np.concatenate([body4[..., :_LANES], body4[..., _LANES:]], axis=0)
-            m1b, m2b = _chunk_welford(both, counts, fused)
-            parts = [(m1b[:rows], m2b[:rows]), (m1b[rows:], m2b[rows:])]
-        else:
-            parts = [_chunk_welford(body4, counts, fused)]
-        for i in range(m):
-            for m1c, m2c in parts:
-                _add_vec(int(counts[i]), m1c[:, i], m2c[:, i], stk[0], fused)
-            mask, j = i + 1, 1
-            while j < depth and (mask & 1) == 0:
-                _add_vec(stk[j - 1][0], stk[j - 1][1], stk[j - 1][2], stk[j], fused)
-                stk[j - 1] = [0, zero, zero]
-                mask >>= 1
-                j += 1
-        for i in range(1, depth):
-            _add_vec(stk[i][0], stk[i][1], stk[i][2], stk[0], fused)
-    c0 = 0
-    m1 = np.zeros(rows, _F)
-    m2 = np.zeros(rows, _F)
-    for i in range(n * vec, cols):
-        xi = x[:, i]
-        delta = (xi - m1).astype(_F)
-        c0 += 1
-        m1 = (m1 + (delta / _F(c0)).astype(_F)).astype(_F)
-        m2 = mad(delta, (xi - m1).astype(_F), m2, fused=tfused)
-    m0_add = n * vec // _LANES
-    for lane in range(_LANES):
-        m1a, m2a = stk[0][1][:, lane], stk[0][2][:, lane]
-        tot = c0 + m0_add
-        c = _F(0) if tot == 0 else _F(m0_add) / _F(tot)
-        delta = (m1a - m1).astype(_F)
-        m1 = mad(c, delta, m1, fused=fused)
-        t = ((delta * delta).astype(_F) * c).astype(_F)
-        m2 = (m2 + mad(t, _F(c0), m2a, fused=fused)).astype(_F)
-        c0 = tot
-    return m1, (m2 / _F(cols - ddof)).astype(_F)
 
 
 def _args(call: Call, *names: str) -> list[Any]:
@@ -202,7 +90,7 @@ def layer_norm(call: Call) -> list[Out | None]:
             bias = (-rstd * mean).astype(_F)
             t = mad(x2, rstd[:, None], bias[:, None], fused=fused)
         else:
-            t = ((x2 + (-mean)[:, None]).astype(_F) * rstd[:, None]).astype(_F)
+            t = (x2 + (-mean)[:, None]) * rstd[:, None]  # float32 operands: float32 roundings
         y = mad(t, g, bb, fused=fused)
     stat_shape = x.shape[: x.ndim - len(shape)] + (1,) * len(shape)
     ynames = call.out_dtypes
@@ -219,17 +107,16 @@ def _layer_norm_dx_f32(dy: np.ndarray, x: np.ndarray, mean: np.ndarray, rstd: np
     b*x + ... (the ``default`` build rounds every operation). Without weights: ds = sum(dy*x),
     db = sum(dy), dx = (b*x + a*dy) + c."""
     cols = dy.shape[1]
-    ones = np.ones_like(dy)
-    gb = ones if g is None else np.broadcast_to(g, dy.shape)
-    ds = row_dot(dy, x, fused) if g is None else row_dot((dy * x).astype(_F), gb, fused)
+    gb = np.ones_like(dy) if g is None else np.broadcast_to(g, dy.shape)
+    ds = row_dot(dy, x, fused) if g is None else row_dot(dy * x, gb, fused)  # float32 products
     db = row_dot(dy, gb, fused)
     scale = _F(1) / _F(cols)
     a = rstd
     b0 = mad(db, mean, -ds, fused=fused)
     b = ((((b0 * a).astype(_F) * a).astype(_F) * a).astype(_F) * scale).astype(_F)
     c = mad(-b, mean, -((db * a).astype(_F) * scale).astype(_F), fused=fused)
-    ady = (a[:, None] * dy).astype(_F)
-    return np.asarray(mad(b[:, None], x, (ady * gb).astype(_F), fused=fused) + c[:, None], _F)
+    ady = a[:, None] * dy  # float32 operands: float32 results, one rounding each
+    return np.asarray(mad(b[:, None], x, ady * gb, fused=fused) + c[:, None], _F)
 
 
 def _layer_norm_dwdb(
@@ -250,16 +137,17 @@ def _layer_norm_dwdb(
     chunk = -(-rows // used) if rows else 0
     bias = (-rstd * mean).astype(_F)
 
-    def steps(a: np.ndarray) -> np.ndarray:  # (rows, cols) -> (chunk, used, cols), zero padded
-        out = np.zeros((used * chunk, cols), a.dtype)
-        out[:rows] = a
-        return out.reshape(used, chunk, cols).transpose(1, 0, 2)
-
     with np.errstate(all="ignore"):
         xhat = mad(rstd[:, None], x, bias[:, None], fused=fused)
-        prod = dy.astype(np.float64) * xhat.astype(np.float64) if fused else (dy * xhat)
-        terms = np.concatenate([steps(np.asarray(prod, np.float64)),
-                                steps(dy.astype(np.float64))], axis=2)  # fmt: skip
+        # the terms laid out step by step, (chunk, used, 2 cols): thread t's rows are
+        # [t*chunk, (t+1)*chunk), zero padded; products then dy
+        flat = np.zeros((used * chunk, 2 * cols))
+        if fused:  # exact in float64
+            np.multiply(dy, xhat, out=flat[:rows, :cols], dtype=np.float64)
+        else:
+            flat[:rows, :cols] = dy * xhat
+        flat[:rows, cols:] = dy
+        terms = flat.reshape(used, chunk, 2 * cols).transpose(1, 0, 2)
         acc = _scan(terms, cols if fused else 0, buf)
         g = np.zeros(cols, _F)
         bb = np.zeros(cols, _F)
@@ -273,46 +161,76 @@ def _scan(terms: np.ndarray, risky_cols: int, buf: str) -> np.ndarray:
     """The buffers after ``buf = round_buf(float32(buf + term))`` for each step of ``terms``
     (steps, threads, columns; float64 terms that are float32 values or exact float32 products).
 
-    Each step costs four NumPy calls: the float64 sum ``s``, then float32 and the buffer's
-    format. Rounding ``s`` to float32 is the single rounding of the exact sum when the term is
-    a float32 value (Figueroa: 53 >= 2*24 + 2), and also for an exact product unless ``s`` was
-    inexact and lands on a float32 rounding boundary (a midpoint, or the float32 subnormal
-    range): those are found afterwards for the first ``risky_cols`` columns in one vectorised
-    TwoSum over every step, and the scan restarts after the first such step with that step
-    rounded by :func:`sum32` (round to odd)."""
+    A float32 buffer costs one NumPy call per step: ``np.add`` of the float64 term and the
+    float32 buffer runs NumPy's float64 loop and rounds the sum to float32 as it writes the next
+    buffer row; a 16-bit buffer adds the cast of that float32 row to its format (two calls).
+    Rounding the float64 sum ``s`` to float32 is the single rounding of the exact sum when the
+    term is a float32 value (Figueroa: 53 >= 2*24 + 2), and also for an exact product unless
+    ``s`` was inexact and lands on a float32 rounding boundary (a midpoint, or the float32
+    subnormal range): those are found afterwards for the first ``risky_cols`` columns in one
+    vectorised TwoSum over every step, and the scan restarts after the first such step with
+    that step rounded by :func:`sum32` (round to odd)."""
     n_steps = terms.shape[0]
-    after = np.zeros((n_steps + 1, *terms.shape[1:]), np.float64)  # after[k]: before step k
-    sums = np.zeros(terms.shape, np.float64)
+    low = buf != "float32"
+    # after[k]: the buffer before step k, in its own format; rows_f[k]: step k's float32 sum
+    # (a float32 buffer's own next row); lists of row views: fewer calls per step
+    after = np.zeros((n_steps + 1, *terms.shape[1:]), to(np.zeros(0, _F), buf).dtype)
+    rows_t, rows_a = list(terms), list(after)
+    rows_f = list(np.zeros(terms.shape, _F)) if low else rows_a[1:]
     start = 0
     while start < n_steps:
-        for k in range(start, n_steps):
-            np.add(terms[k], after[k], out=sums[k])
-            after[k + 1] = to(sums[k].astype(_F), buf)
+        todo = zip(
+            rows_t[start:], rows_a[start:-1], rows_a[start + 1 :], rows_f[start:], strict=True
+        )
+        add = np.add
+        if low:
+            for t, a0, a1, f in todo:
+                add(t, a0, f)
+                a1[...] = f  # float32 -> buffer format: the RNE cast of ``to``
+        else:
+            for t, a0, a1, _ in todo:
+                add(t, a0, a1)
         if not risky_cols:
             break
-        p, c, s = (
-            terms[start:, :, :risky_cols],
-            after[start:-1, :, :risky_cols],
-            sums[start:, :, :risky_cols],
-        )
-        bits = s.view(np.uint64)
-        mag = bits & np.uint64(0x7FFFFFFFFFFFFFFF)
-        boundary = ((bits & np.uint64(0x1FFFFFFF)) == np.uint64(0x10000000)) | (
-            (mag != 0) & (mag < np.uint64(0x3810000000000000))
-        )
-        if not boundary.any():
+        bad_step = _first_inexact(terms, after, start, risky_cols)
+        if bad_step is None:
             break
-        bb = s - p
-        err = (p - (s - bb)) + (c - bb)
-        bad = np.nonzero((boundary & (err != 0) & np.isfinite(err)).any(axis=(1, 2)))[0]
-        if not bad.size:
-            break
-        k = start + int(bad[0])
-        fixed = sums[k].astype(_F)
-        fixed[:, :risky_cols] = sum32(terms[k, :, :risky_cols], after[k, :, :risky_cols])
+        k = bad_step
+        prev = after[k].astype(np.float64)
+        fixed = (terms[k] + prev).astype(_F)
+        fixed[:, :risky_cols] = sum32(terms[k, :, :risky_cols], prev[:, :risky_cols])
         after[k + 1] = to(fixed, buf)
         start = k + 1
-    return after[n_steps]
+    return np.asarray(after[n_steps], np.float64)
+
+
+#: sums per block of the buffer scan's boundary check (cache-sized float64 temporaries)
+_CHECK_BLOCK = 16384
+
+
+def _first_inexact(terms: np.ndarray, after: np.ndarray, start: int, cols: int) -> int | None:
+    """The first step from ``start`` whose float64 sum ``terms[k] + after[k]`` (first ``cols``
+    columns) is inexact and on a float32 rounding boundary (:func:`boundary32`, then TwoSum at
+    the boundary sums only), or None. Blocks of steps keep the temporaries in cache."""
+    n_steps = terms.shape[0]
+    per = max(1, _CHECK_BLOCK // max(1, terms[0, :, :cols].size))
+    for k0 in range(start, n_steps, per):
+        end = min(k0 + per, n_steps)
+        p = terms[k0:end, :, :cols]
+        c = after[k0:end, :, :cols].astype(np.float64)
+        s = p + c
+        risky = boundary32(s)
+        if not risky.any():
+            continue
+        idx = np.flatnonzero(risky & (s != 0))  # a zero sum is exact
+        ps = p[np.unravel_index(idx, p.shape)]
+        cs, ss = c.reshape(-1)[idx], s.reshape(-1)[idx]
+        bb = ss - ps
+        err = (ps - (ss - bb)) + (cs - bb)
+        bad = idx[(err != 0) & np.isfinite(err)]
+        if bad.size:
+            return k0 + int(bad[0]) // int(s[0].size)
+    return None
 
 
 _REASON_DX = ("layer_norm_backward dX: float32 row sums ds=sum(dy*x*w), db=sum(dy*w) in SIMD-lane "
@@ -349,8 +267,10 @@ def layer_norm_backward(call: Call) -> list[Out | None]:
         "output_mask",
     )  # fmt: skip
     rows, cols = _split(x, shape)
-    d = np.asarray(dy, np.float64).reshape(rows, cols)
-    xx = np.asarray(x, np.float64).reshape(rows, cols)
+
+    def wide(v: Any) -> np.ndarray:  # float64 copies only for the bounded outputs
+        return np.asarray(v, np.float64).reshape(rows, cols)
+
     mu = np.asarray(mean, np.float64).reshape(rows, 1)
     a = np.asarray(rstd, np.float64).reshape(rows, 1)
     g = np.ones((1, cols)) if w is None else np.asarray(w, np.float64).reshape(1, cols)
@@ -368,7 +288,7 @@ def layer_norm_backward(call: Call) -> list[Out | None]:
                 )  # fmt: skip
                 outs.append(exact(dx32.reshape(x.shape)))
             else:
-                outs.append(_dx_bounded(d, xx, mu, a, g, cols, name, x.shape))
+                outs.append(_dx_bounded(wide(dy), wide(x), mu, a, g, cols, name, x.shape))
         u_in = _unit(str(np.dtype(x.dtype).name))
         omega = float(np.expm1(rows * np.log1p(u_in) + (2 * rows + 3) * np.log1p(U32)))
         threads = call.options.get("num_threads")
@@ -387,6 +307,7 @@ def layer_norm_backward(call: Call) -> list[Out | None]:
             else:
                 bi = np.asarray((-np.asarray(rstd, _F) * np.asarray(mean, _F)), np.float64)
                 bi = bi.reshape(rows, 1)
+                d, xx = wide(dy), wide(x)
                 center = (d * (a * xx + bi)).sum(0)
                 err = omega * (np.abs(d) * (np.abs(a * xx) + np.abs(bi))).sum(0)
                 outs.append(bounded(to(center, name).reshape(np.shape(w)),
@@ -397,6 +318,7 @@ def layer_norm_backward(call: Call) -> list[Out | None]:
             if pinned is not None:
                 outs.append(exact(to(pinned[1], name).reshape(np.shape(b))))
             else:
+                d = wide(dy)
                 center = d.sum(0)
                 err = omega * np.abs(d).sum(0)
                 outs.append(bounded(to(center, name).reshape(np.shape(b)),

@@ -1,0 +1,131 @@
+"""Benchmark: the LayerNorm emulations (``native_layer_norm`` forward and backward) on the real
+calls of the bench GPT step (benchmarks/bench_watch.py: 512 rows x 128 columns), the current
+code against the code at a baseline commit, measured in the same run.
+
+The calls are recorded from one watched step per config (bf16, fp32, fp16 autocast); the
+baseline's ``norms.py`` and ``_fma.py`` are loaded from ``git show BASE:path`` into throwaway
+modules. Rows: op and config; per-call time of the recorded calls, the best of ``--repeats``
+runs with old and new alternating (on a loaded machine the best is the code's own cost), old /
+new and the ratio. Every new result is also compared bit for bit with the old one (a speed row
+with different bits would be meaningless). Pin threads on a shared machine:
+
+    OMP_NUM_THREADS=1 python benchmarks/bench_norm_ops.py [--base COMMIT] [--repeats N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+import types
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+import bench_watch as bw  # noqa: E402  (this folder)
+
+import fpemu  # noqa: E402
+from fpemu.validate import ops  # noqa: E402
+
+OPS = ("aten.native_layer_norm.default", "aten.native_layer_norm_backward.default")
+#: the commit before the LayerNorm speed-ups
+BASE = "16b5738"
+
+
+def _old_modules(base: str) -> types.ModuleType:
+    """The baseline's norms module (with its own ``_fma``), registering nothing."""
+
+    def src(path: str) -> str:
+        return subprocess.run(["git", "-C", str(ROOT), "show", f"{base}:{path}"],
+                              check=True, capture_output=True, text=True).stdout  # fmt: skip
+
+    fma = types.ModuleType("_old_fma")
+    exec(compile(src("fpemu/validate/ops/_fma.py"), "old_fma", "exec"), fma.__dict__)
+    sys.modules["_old_fma"] = fma
+    text = src("fpemu/validate/ops/norms.py").replace(
+        "from fpemu.validate.ops._fma import", "from _old_fma import"
+    )
+    norms = types.ModuleType("_old_norms")
+    real = ops.register
+    ops.register = lambda *names: lambda fn: fn  # type: ignore[assignment]
+    try:
+        exec(compile(text, "old_norms", "exec"), norms.__dict__)
+    finally:
+        ops.register = real
+    return norms
+
+
+def record(config: str) -> dict[str, list[Any]]:
+    """The LayerNorm calls of one watched bench step."""
+    got: dict[str, list[Any]] = {op: [] for op in OPS}
+    ops.lookup(OPS[0])  # load the table
+    saved = {op: ops.TABLE[op] for op in OPS}
+
+    def spy(op: str) -> Any:
+        def run(call: Any) -> Any:
+            got[op].append(call)
+            return saved[op](call)
+
+        return run
+
+    for op in OPS:
+        ops.TABLE[op] = spy(op)
+    try:
+        model, opt, scaler, batch = bw.make(config)
+        with fpemu.watch():
+            bw.step(model, opt, scaler, batch, config)
+    finally:
+        ops.TABLE.update(saved)
+    return got
+
+
+def interleaved(old: Any, new: Any, repeats: int) -> tuple[float, float]:
+    """Best wall-clock seconds of ``old`` and of ``new``, run alternately (a shared machine's
+    load then weighs on both alike; the best estimates the code's own cost)."""
+    best = [float("inf"), float("inf")]
+    old(), new()  # warm-up
+    for _ in range(repeats):
+        for i, fn in enumerate((old, new)):
+            t0 = time.perf_counter()
+            fn()
+            best[i] = min(best[i], time.perf_counter() - t0)
+    return best[0], best[1]
+
+
+def _bits(outs: list[Any]) -> list[bytes]:
+    return [b"" if o is None else np.ascontiguousarray(o.value).tobytes() for o in outs]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--base", default=BASE)
+    ap.add_argument("--repeats", type=int, default=15)
+    ap.add_argument("--configs", nargs="+", default=["bf16", "fp32", "fp16"])
+    args = ap.parse_args()
+    old = _old_modules(args.base)
+    olds = {OPS[0]: old.layer_norm, OPS[1]: old.layer_norm_backward}
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; old = {args.base}")
+    print(f"{'op':28} {'config':6} {'calls':>5} {'old/call':>10} {'new/call':>10} {'speed-up':>8}")
+    for config in args.configs:
+        calls = record(config)
+        for op in OPS:
+            new_fn = ops.TABLE[op]
+            for c in calls[op]:
+                assert _bits(new_fn(c)) == _bits(olds[op](c)), f"{op} {config}: bits differ"
+            n = len(calls[op])
+            t_old, t_new = interleaved(
+                lambda: [olds[op](c) for c in calls[op]],  # noqa: B023
+                lambda: [new_fn(c) for c in calls[op]],  # noqa: B023
+                args.repeats,
+            )
+            print(f"{op.split('.')[1]:28} {config:6} {n:5} {t_old / n * 1e3:8.2f}ms "
+                  f"{t_new / n * 1e3:8.2f}ms {t_old / t_new:7.2f}x")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
