@@ -3,15 +3,21 @@ measured in the same run (issue 22's target: at most 5x).
 
 The model: 2 layers, d=128, T=64, batch 8, 4 heads, vocabulary 65, causal attention by
 ``scaled_dot_product_attention``, LayerNorm, GELU, tied head; CPU bf16 autocast + AdamW
-(foreach, torch's CPU default). Rows: the step alone (baseline), the step under ``watch``
-(every ATen op judged), and the watch's own time (conversion and emulation) from its counter.
-Ratios are median time / baseline median. On a shared machine pin the threads so the baseline
-is not distorted: ``OMP_NUM_THREADS=1 python benchmarks/bench_watch.py [--repeats N]``.
+(torch's CPU default: one tensor at a time). Rows per config: the step alone (baseline),
+then the step under ``watch`` (every ATen op judged) as it runs by default, with a worker
+process judging while the step goes on (:mod:`fpemu.offload`: it uses a core torch leaves
+idle), and with ``FPEMU_PROCESSES=0`` (everything in the step's own thread). Columns: the
+watch's own time in this process (conversion, queueing, the judgements it made itself) from
+its counter, and how many judgements the worker made. Ratios are median time / baseline median.
+On a shared machine pin torch's threads so the baseline is not distorted:
+``OMP_NUM_THREADS=1 python benchmarks/bench_watch.py [--repeats N]`` (torch's default
+threads: leave it unset; the worker then shares the cores with torch).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -21,6 +27,7 @@ from timing import median_time  # benchmarks/timing.py (this folder is on sys.pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import fpemu
+from fpemu import procpool
 from tests.watch_zoo import GPT
 
 
@@ -57,22 +64,31 @@ def main() -> None:
     args = ap.parse_args()
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
           f"capability {torch.backends.cpu.get_cpu_capability()}")  # fmt: skip
-    print(f"{'config':8} {'torch step':>12} {'under watch':>12} {'ratio':>7} {'watch own':>10} ops")
+    ready = procpool.start(1, timeout=120)
+    print(f"worker processes ready: {ready}")
+    print(f"{'config':8} {'judged by':10} {'torch step':>10} {'watched':>9} {'ratio':>6} "
+          f"{'watch own':>9} {'worker':>6} ops")  # fmt: skip
     for config in args.configs:
         model, opt, scaler, batch = make(config)
         base = median_time(lambda: step(model, opt, scaler, batch, config), args.repeats)  # noqa: B023
-        reports: list[Any] = []
+        for who in ("worker", "this only"):
+            if who == "this only":
+                os.environ[procpool.ENV] = "0"
+            reports: list[Any] = []
 
-        def watched() -> None:
-            with fpemu.watch() as w:
-                step(model, opt, scaler, batch, config)  # noqa: B023
-            reports.append(w.report())  # noqa: B023
+            def watched() -> None:
+                with fpemu.watch() as w:
+                    step(model, opt, scaler, batch, config)  # noqa: B023
+                reports.append(w.report())  # noqa: B023
 
-        t = median_time(watched, args.repeats)
-        r = reports[-1]
-        own = r.settings["watch_seconds"]
-        print(f"{config:8} {base * 1e3:10.1f}ms {t * 1e3:10.1f}ms {t / base:6.1f}x "
-              f"{own * 1e3:8.1f}ms {len(r.rows)}  {r.summary()}")  # fmt: skip
+            try:
+                t = median_time(watched, args.repeats)
+            finally:
+                os.environ.pop(procpool.ENV, None)
+            r = reports[-1]
+            own, by = r.settings["watch_seconds"], r.settings["worker_judgements"]
+            print(f"{config:8} {who:10} {base * 1e3:8.1f}ms {t * 1e3:7.1f}ms {t / base:5.1f}x "
+                  f"{own * 1e3:7.1f}ms {by:6d} {len(r.rows)}  {r.summary()}")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -63,6 +63,8 @@ class Queue:
         self._writing: list[memoryview] = []  # what is left of the message being written
         self._results: dict[int, tuple[bool, Any]] = {}  # ticket -> (ok, value or exception)
         self._count = 0
+        #: calls the worker ran (the others ran in the caller)
+        self.worker_calls = 0
         self._worker: Any = None
         self._dead = False
         self._tried = -1.0
@@ -165,6 +167,7 @@ class Queue:
 
     def _reply(self) -> None:
         kind, value, _caught = procpool._recv(self._worker.rfd)
+        self.worker_calls += 1
         if kind != "ok":
             value.add_note("(raised in an fpemu worker process)")
         self._finish(self._sent.popleft(), (kind == "ok", value))

@@ -316,14 +316,18 @@ def _xpart(
         return val[inv].reshape(a.shape), lambda idx: IV(iv.v[inv[idx]], e[inv[idx]])
     x = _x(a, name)
     flat = x.reshape(-1)
+    if fn is _gelu_bw_erf:  # erf's float64 center once: the value's, and the bound's where asked
+        center = erf_center((x * _F(math.sqrt(0.5))).astype(_F)).reshape(-1)
+        value = _gelu_bw_erf_value(x, center.reshape(x.shape))
+        return value, lambda idx: _gelu_bw_erf(flat[idx], center[idx])[1]
     return _VALUE[fn](x), lambda idx: fn(flat[idx])[1]
 
 
-def _gelu_bw_erf(x: np.ndarray) -> tuple[np.ndarray, IV]:
-    """``cdf + x*pdf`` of the erf form."""
+def _gelu_bw_erf(x: np.ndarray, center: np.ndarray | None = None) -> tuple[np.ndarray, IV]:
+    """``cdf + x*pdf`` of the erf form (``center``: erf's float64 center, if known)."""
     z = (x * _F(math.sqrt(0.5))).astype(_F)
     X = IV.of(x)
-    erf = _erf_iv(z)
+    erf = _erf_iv(z, center)
     cdf = IV.const(0.5) * (IV.const(1.0) + erf)
     xsq = X * X * IV.const(-0.5)
 

@@ -45,6 +45,7 @@ class Watch:
             "capability": w.capability,
             "steps": _training_steps(w.rows),
             "watch_seconds": round(w.seconds, 3),
+            "worker_judgements": w.worker_judgements,
         }
         return WatchReport(
             rows=list(w.rows), procedure=list(w.procedure.findings), settings=settings

@@ -115,6 +115,7 @@ class Watcher:
         self.seconds = 0.0
         self._queue: Any = None  # fpemu.offload.Queue while installed, where workers may run
         self._queued: list[tuple[dict[str, Any], int]] = []
+        self.worker_judgements = 0  # judgements a worker process made (the rest: this one)
 
     # -- where an op runs -------------------------------------------------------------------
     def phase(self) -> str:
@@ -227,6 +228,7 @@ class Watcher:
         for row, ticket in self._queued:
             apply(row, fields[ticket])
         self._queued.clear()
+        self.worker_judgements = self._queue.worker_calls
         self.seconds += time.perf_counter() - t0
 
     def _row(
