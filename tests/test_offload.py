@@ -145,3 +145,30 @@ def test_watch_rows_equal_with_and_without_worker(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setenv("FPEMU_PROCESSES", "0")
     assert run() == with_worker
     assert all(v in ("identical", "bounded") for _, v, _, _ in with_worker)
+
+
+def test_watch_uses_an_emulation_replaced_in_this_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker process has fpemu's own emulations only: one replaced here (a planted fault,
+    a user's own) must be the one that judges, with or without a ready worker."""
+    torch = pytest.importorskip("torch")
+    import fpemu
+    from fpemu.validate import ops
+
+    procpool.start(1, timeout=120)
+    real = ops.lookup("aten.gelu.default")
+    assert real is not None and ops.builtin("aten.gelu.default")
+
+    def one_ulp_up(call: object) -> list[object]:
+        (out,) = real(call)
+        v = np.asarray(out.value).copy()
+        v[v > 0] = np.nextafter(v[v > 0], np.float32(np.inf), dtype=v.dtype)
+        return [ops.exact(v)]
+
+    monkeypatch.setitem(ops.TABLE, "aten.gelu.default", one_ulp_up)
+    assert not ops.builtin("aten.gelu.default")
+    x = torch.randn(64, 64, generator=torch.Generator().manual_seed(0))
+    for _ in range(3):  # the worker may become ready between blocks
+        with fpemu.watch() as w:
+            torch.nn.functional.gelu(x)
+        rows = [r for r in w.report().rows if r["op"] == "aten.gelu.default"]
+        assert [r["verdict"] for r in rows] == ["differs"]

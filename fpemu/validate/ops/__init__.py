@@ -35,8 +35,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["TABLE", "Call", "Emulation", "Out", "bounded", "exact", "lazy", "lookup", "names",
-           "register"]  # fmt: skip
+__all__ = ["TABLE", "Call", "Emulation", "Out", "bounded", "builtin", "exact", "lazy", "lookup",
+           "names", "register"]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -164,6 +164,10 @@ def register(*ops: str) -> Callable[[Emulation], Emulation]:
     return deco
 
 
+#: the table as fpemu's own modules fill it (what a fresh process has)
+_BUILTIN: dict[str, Emulation] = {}
+
+
 def _load() -> None:
     if _loaded:
         return
@@ -174,6 +178,19 @@ def _load() -> None:
         except ModuleNotFoundError as exc:  # a family not written yet is simply absent
             if exc.name != f"fpemu.validate.ops.{mod}":
                 raise
+    _BUILTIN.update(TABLE)
+
+
+def builtin(op: str) -> bool:
+    """Whether ``op``'s emulation is fpemu's own, as a fresh process would look it up (not one
+    registered or replaced since): only those may be computed in a worker process.
+
+    >>> builtin("aten.mm.default"), builtin("aten.no_such_op.default")
+    (True, False)
+    """
+    _load()
+    fn = TABLE.get(op)
+    return fn is not None and _BUILTIN.get(op) is fn
 
 
 def lookup(op: str) -> Emulation | None:

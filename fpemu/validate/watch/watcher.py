@@ -20,7 +20,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from fpemu.validate.ops import Call, lookup
+from fpemu.validate.ops import Call, builtin, lookup
 from fpemu.validate.watch.convert import dtype_name, tensor_dtypes, to_numpy, tree_to_numpy
 from fpemu.validate.watch.schema import outputs as op_outputs
 from fpemu.validate.watch.schema import written_ids
@@ -66,6 +66,20 @@ _RANDOM = dict.fromkeys(
     "random numbers from torch's generator: not emulated (draw them outside the watched step)",
 )
 
+
+#: ops judged in the step's thread even where a worker runs the others: one correctly rounded
+#: operation per element, cheaper to judge than to copy for a worker (measured on the bench
+#: GPT: a cast or an optimizer's ``mul_``/``add_``/``div`` costs about as much to queue as to
+#: judge; a GEMM, attention, a norm or a libm function many times more)
+_HERE = frozenset(
+    {
+        "_to_copy", "copy_", "clone", "zeros_like", "ones_like", "empty_like", "fill_",
+        "zero_", "add", "add_", "sub", "sub_", "mul", "mul_", "div", "div_", "neg", "neg_",
+        "abs", "abs_", "eq", "ne", "lt", "le", "gt", "ge", "where", "masked_fill",
+        "masked_fill_", "lift_fresh", "lift_fresh_copy", "scalar_tensor", "full", "arange",
+        "addcdiv", "addcdiv_",
+    }
+)  # fmt: skip
 
 #: ATen overload -> whether an output is a view of an input (its schema's alias annotation)
 _VIEWS: dict[Any, bool] = {}
@@ -207,8 +221,19 @@ class Watcher:
                          "num_threads": self._threads()},  # fmt: skip
             )
             # a view op is judged here and now (its output is torch's own memory, proved
-            # equal without reading it); the others go to the queue when a worker runs it
-            if _is_view(func) or self._queue is None or not self._queue.ready():
+            # equal without reading it), and so is plain elementwise arithmetic or a cast
+            # (copying its operands for a worker costs more than judging them); the others go
+            # to the queue when a worker runs it
+            # (a worker process has fpemu's own emulations only: one registered or replaced
+            # in this process is run here)
+            base = name.split(".")[1]
+            if (
+                _is_view(func)
+                or base in _HERE
+                or self._queue is None
+                or not builtin(name)
+                or not self._queue.ready()
+            ):
                 apply(row, judge_call(call))
             else:
                 self._queued.append((row, self._queue.submit(judge_call, call)))
