@@ -37,6 +37,16 @@ from typing import Any
 import numpy as np
 
 from fpemu.validate.ops import Call, Out, bounded, register
+from fpemu.validate.ops._attention_bound import (
+    ETA,
+    F32,
+    W32,
+    const,
+    expm1_up,
+    mag_mm,
+    nan_to_inf,
+    widen,
+)
 from fpemu.validate.ops._fma import U32, gamma
 from fpemu.validate.ops._num import to
 
@@ -74,21 +84,27 @@ def _q_block(lq: int) -> int:
 
 def _scores(call: Call, q: np.ndarray, k: np.ndarray, causal: bool, *,
             bound: bool = True) -> tuple[Any, ...]:  # fmt: skip
-    """Exact scores s = scale*(q k^T) + mask in float64 with the kernel's float32 scale, and
-    e_s: a bound on the kernel's float32 s (GEMM of D products, the scale, the mask add); both
-    0 / -inf where the key is masked out (causal or a -inf mask). In-place to save passes.
-    Without ``bound`` (emulate: the value only), e_s is None."""
+    """Exact scores s = scale*(q k^T) + mask in float64 with the kernel's float32 scale (-inf
+    where the key is masked out: causal or a -inf mask), the masked keys, and e_s: a bound on
+    the kernel's float32 s (GEMM of D products, the scale, the mask add), (g_D scale |q||k|^T +
+    g_2 |s| + g_2 |mask|)(1 + g_2), in float32 (:mod:`._attention_bound`; 0 where masked).
+    Without ``bound`` (emulate: the value only), e_s and the masked keys are None."""
     d = q.shape[-1]
     sc = call.kwargs.get("scale")
     scale = float(np.float32(1.0 / math.sqrt(d) if sc is None else sc))
     s = _mm(q, np.swapaxes(k, -1, -2))
-    e_s = _mm(np.abs(q), np.swapaxes(np.abs(k), -1, -2)) if bound else None
     mask = call.kwargs.get("attn_mask")
+    e_s = None
+    g2 = float(gamma(2))
     with np.errstate(invalid="ignore", over="ignore"):
         s *= scale
-        if e_s is not None:
-            e_s *= gamma(d) * scale
-            e_s += gamma(2) * np.abs(s)
+        if bound:
+            e_s = mag_mm(np.abs(q), np.ascontiguousarray(np.swapaxes(np.abs(k), -1, -2)))
+            e_s = np.multiply(e_s, const(float(gamma(d)) * scale * (1 + g2)), dtype=F32)
+            a = s.astype(F32)
+            np.abs(a, out=a)
+            a *= const(g2 * (1 + g2))
+            e_s += a
         if mask is not None:
             mk = np.asarray(mask, np.float64)
             shape = np.broadcast_shapes(s.shape, mk.shape)
@@ -97,39 +113,41 @@ def _scores(call: Call, q: np.ndarray, k: np.ndarray, causal: bool, *,
                 e_s = None if e_s is None else np.broadcast_to(e_s, shape).copy()
             s += mk
             if e_s is not None:
-                e_s += gamma(2) * np.abs(mk)
-        if e_s is not None:
-            e_s *= 1 + gamma(2)
+                e_s += np.abs(mk).astype(F32) * const(g2 * (1 + g2))
     if causal:
         lq, lk = s.shape[-2], s.shape[-1]
         np.copyto(s, -np.inf, where=np.triu(np.ones((lq, lk), bool), 1))
-    if e_s is not None:
-        np.copyto(e_s, 0.0, where=np.isneginf(s))
-    return s, e_s, scale
+    if e_s is None:
+        return s, None, scale, None
+    masked = np.isneginf(s)
+    np.copyto(e_s, F32(0.0), where=masked)
+    return s, e_s, scale, masked
 
 
-def _probs(s: np.ndarray, shift: np.ndarray, e_s: np.ndarray, exp_err: float,
-           arg_roundings: int = 1) -> tuple[Any, ...]:  # fmt: skip
-    """p = exp(s - shift) and rho, the relative error of the kernel's p against it: the error of
-    s (e_s), the rounding of s - shift (u |s - shift|), the exp's own error; rho = 1 where the
-    argument can fall below ln(FLT_MIN) (flushed to 0, or subnormal). ``arg_roundings``: how many
-    float32 roundings of the argument (relative u each) the exp itself adds (fexp_u20: 3).
-    Masked keys (s = -inf) get p = 0 and rho = 0."""
+def _probs(s: np.ndarray, shift: np.ndarray, e_s: np.ndarray, masked: np.ndarray,
+           exp_err: float, arg_roundings: int = 1) -> tuple[Any, ...]:  # fmt: skip
+    """p = exp(s - shift) (float64) and rho (float32), the relative error of the kernel's p
+    against it: the error of s (e_s, its row max for the shift), the rounding of s - shift
+    (u |s - shift|), the exp's own error: rho = expm1((1 + r) u reach + e_s)(1 + err) + err
+    with reach = |s - shift| + e_s + max e_s; rho >= 1 where the argument can fall below
+    ln(FLT_MIN) (flushed to 0, or subnormal). ``arg_roundings`` (r): how many float32 roundings
+    of the argument (relative u each) the exp itself adds (fexp_u20: 3). Masked keys get p = 0
+    (their rho is finite, and every use of rho is multiplied by p)."""
     with np.errstate(invalid="ignore", over="ignore"):
         t = s - shift
         p = np.exp(t)  # exp(-inf) = 0 for masked keys
-        reach = np.abs(t)
-        reach += e_s
-        reach += np.max(e_s, axis=-1, keepdims=True)
-        rho = reach * ((1 + arg_roundings) * U32)
-        rho += e_s
-        np.expm1(rho, out=rho)
-        rho *= 1 + exp_err
-        rho += exp_err
-    np.copyto(rho, np.maximum(rho, 1.0), where=reach > _LN_FLT_MIN - 1.0)
-    # masked keys, and exact underflow where even the perturbed argument stays below -150 (the
-    # kernel's float32 p is then 0 as well): both sides contribute exactly 0
-    np.copyto(rho, 0.0, where=np.isneginf(s) | ((p == 0.0) & (t + 2 * e_s.max() < -150.0)))
+    reach = t.astype(F32)
+    np.abs(reach, out=reach)
+    np.copyto(reach, F32(0.0), where=masked)
+    reach += e_s
+    reach += e_s.max(axis=-1, keepdims=True)
+    y = reach * const((1 + arg_roundings) * U32)
+    y += e_s
+    rho = expm1_up(y)
+    rho *= const(1 + exp_err)
+    rho += const(exp_err)
+    # the true reach is at most W32 reach (plus < 2^-140): compare with the threshold lowered
+    np.maximum(rho, F32(1.0), out=rho, where=reach > F32((_LN_FLT_MIN - 1.0) / W32 * 0.999))
     return p, rho
 
 
@@ -142,17 +160,19 @@ def _forward_bound(call: Call) -> tuple[Any, ...]:
     N~ = sum_j lowround(p~_j) v_j satisfy |S~ - S| <= ES = sum p rho + g_{Lk+2B} sum p (1+rho)
     and |N~ - N| <= EN = sum |v| (p rho + u_low p (1+rho) + tiny) + g_{Lk+B} sum |v| p (1+rho)
     (1+u_low); so |N~/S~ - N/S| <= (EN + |o| ES) / (S - ES), plus g_2 for ``dst * (1/sum)``.
-    logsumexp: |lse~ - lse| <= -log(1 - ES/S) + 2^-23 |log S| + u |lse|.
+    logsumexp: |lse~ - lse| <= -log(1 - ES/S) + 2^-23 |log S| + u |lse|. ES = (1 + g) sum p rho
+    + g S; sum p rho and the weights of EN's GEMM are float32 (widened by W32, plus the
+    underflow floors of :mod:`._attention_bound`).
     """
     q, k, v = (
         np.asarray(call.arg(i, n), np.float64) for i, n in enumerate(("query", "key", "value"))
     )
     causal = bool(call.arg(4, "is_causal", False))
     name = call.out_dtypes[0]
-    s, e_s, _ = _scores(call, q, k, causal, bound=call.model is None)
+    s, e_s, _, masked = _scores(call, q, k, causal, bound=call.model is None)
     lk = s.shape[-1]
     blocks = -(-lk // _KV_BLOCK)
-    finite = ~np.isneginf(s)
+    finite = ~np.isneginf(s) if masked is None else ~masked
     empty = ~finite.any(axis=-1, keepdims=True)  # fully masked rows: out 0, lse 0 (kernel)
     m = np.where(empty, 0.0, np.max(s, axis=-1, keepdims=True))  # s is -inf where masked
     if e_s is None:  # emulate: the center only (the same operations as below)
@@ -164,36 +184,49 @@ def _forward_bound(call: Call) -> tuple[Any, ...]:
             lse = np.where(empty, 0.0, m + np.log(np.where(empty, 1.0, S)))
         return o, np.inf, lse[..., 0], np.inf
     low = name != "float32"
-    p, rho = _probs(s, m, e_s, _FEXP if low else _EXP_U20, 3 if low else 1)
+    p, rho = _probs(s, m, e_s, masked, _FEXP if low else _EXP_U20, 3 if low else 1)
+    emax = float(e_s.max()) * W32 + 2.0**-140 if e_s.size else 0.0
     if blocks > 1:
         span = m - np.min(np.where(finite, s, m), axis=-1, keepdims=True)
-        r_blk = (1 + 2.0**-23) * (1 + U32) ** 2 * np.exp(U32 * (span + 2 * e_s.max()))
-        rho = (1 + rho) * r_blk ** (blocks - 1) - 1
+        r_blk = (1 + 2.0**-23) * (1 + U32) ** 2 * np.exp(U32 * (span + 2 * emax))
+        r = r_blk ** (blocks - 1) * (1 + 2.0**-22)  # rounded up as float32 below
+        rho *= r.astype(F32)
+        rho += (r - 1).astype(F32) * const(1 + 2.0**-22)
     u_low, tiny = _UNIT[name], _TINY[name]
-    av = np.abs(v)
-    big = p * (1 + rho)
     S = p.sum(-1, keepdims=True)
     N = _mm(p, v)
-    es = (p * rho).sum(-1, keepdims=True) + gamma(lk + 2 * blocks) * big.sum(-1, keepdims=True)
-    tiny_t = finite * (tiny * np.exp(e_s.max()))  # 0 where masked
-    # EN = sum |v| (p rho + u_low big + tiny) + g sum |v| (big (1 + u_low) + tiny): one GEMM of
-    # the sum (non-negative terms: its float64 error is within the 2**-20 widening)
-    g_en = gamma(lk + blocks)
-    w = p * rho
-    w += (u_low + g_en * (1 + u_low)) * big
-    w += (1 + g_en) * tiny_t
-    en = _mm(w, av) + (lk + 2) * _UFL
+    p32 = p.astype(F32)
+    pr = p32 * rho
+    g_es, g_en = float(gamma(lk + 2 * blocks)), float(gamma(lk + blocks))
+    av = np.abs(v).astype(F32)
+    # underflow (_attention_bound): p rho loses ETA in the cast of p (times rho <= R) and ETA in
+    # the product; w loses that times (1 + c), plus ETA in each product and c ETA (cast of p)
+    r_max = float(rho.max(initial=0.0))
+    fl = ETA * (r_max + 1)
+    es = (1 + g_es) * (widen(pr.sum(-1, keepdims=True, dtype=np.float64)) + W32 * lk * fl)
+    es += g_es * S
+    # EN = sum |v| (p rho + u_low big + tiny) + g sum |v| (big (1 + u_low) + tiny), big = p (1 +
+    # rho): one GEMM of p rho (1 + c) + c p + (1 + g) tiny, c = u_low + g (1 + u_low)
+    c = u_low + g_en * (1 + u_low)
+    w = pr * const(1 + c)
+    p32 *= const(c)
+    w += p32
+    if tiny:
+        np.add(w, const((1 + g_en) * tiny * math.exp(emax)), out=w, where=finite)
+    fl_w = fl * (1 + c) + (2 + c) * ETA
+    en = widen(mag_mm(w, av)) + W32 * lk * (fl_w * float(av.max(initial=0.0)) + ETA)
+    en += (lk + 2) * _UFL
     with np.errstate(invalid="ignore", divide="ignore"):
         o = N / np.where(empty, 1.0, S)
         np.copyto(o, 0.0, where=empty)
         e_o = (en + np.abs(o) * es) / (S - es)
         e_o = e_o + gamma(2) * (np.abs(o) + e_o) + tiny
-        np.copyto(e_o, np.inf, where=S - es <= 0)
+        np.copyto(e_o, np.inf, where=~(S - es > 0))  # NaN (float32 inf * 0) included
         np.copyto(e_o, 0.0, where=empty)
         lse = np.where(empty, 0.0, m + np.log(np.where(empty, 1.0, S)))
         e_l = -np.log1p(-np.minimum(es / S, 1.0)) + 2.0**-23 * np.abs(np.log(S)) + U32 * np.abs(lse)
-        e_l = np.where(empty[..., 0:1], 0.0, e_l)
-    return o, e_o * _SLACK, lse[..., 0], e_l[..., 0] * _SLACK
+        e_l = np.where(empty[..., 0:1], 0.0, nan_to_inf(e_l))
+    return o, nan_to_inf(e_o) * _SLACK, lse[..., 0], e_l[..., 0] * _SLACK
 
 
 _REASON_F = (
@@ -255,7 +288,7 @@ def flash_attention_backward(call: Call) -> list[Out | None]:
     causal = bool(call.arg(7, "is_causal", False))
     name = call.out_dtypes[0]
     u_low, tiny = _UNIT[name], _TINY[name]
-    s, e_s, scale = _scores(call, q, k, causal, bound=call.model is None)
+    s, e_s, scale, masked = _scores(call, q, k, causal, bound=call.model is None)
     lq, lk, d = s.shape[-2], s.shape[-1], q.shape[-1]
     names = call.out_dtypes
     if e_s is None:  # emulate: the centers only (the same operations as below)
@@ -268,52 +301,76 @@ def flash_attention_backward(call: Call) -> list[Out | None]:
                 for x, nm in zip(centers, names, strict=True)]  # fmt: skip
     bq = -(-lq // _q_block(lq))
     bk = -(-lk // _KV_BLOCK)
-    finite = ~np.isneginf(s)
     low = name != "float32"
-    p, rho = _probs(s, lse, e_s, _FEXP if low else _EXP_U10, 3 if low else 1)
-    tiny_t = finite * tiny  # 0 where masked
-    rho1 = (1 + rho) * (1 + u_low) - 1
-    agt = np.abs(go)
+    p, rho = _probs(s, lse, e_s, masked, _FEXP if low else _EXP_U10, 3 if low else 1)
+    finite = ~masked
+    p32 = p.astype(F32)
+    agt, av = np.abs(go).astype(F32), np.abs(v).astype(F32)
+    aq, ak = np.abs(q).astype(F32), np.abs(k).astype(F32)
     dv = _mm(np.swapaxes(p, -1, -2), go)
     # e_dv = E + g M, then + g' (M + e_dv), E = sum (p rho1 + tiny)|dO|, M = sum (p (1 + rho1) +
-    # tiny)|dO|: one GEMM of (1 + g') (p rho1 + tiny) + (g (1 + g') + g') (p (1 + rho1) + tiny)
-    # (non-negative terms: its float64 error is within the 2**-20 widening); likewise dQ, dK
-    g, g_ = gamma(lq + 2), gamma(bq, u_low) if u_low else 0.0
+    # tiny)|dO|, rho1 = (1 + rho)(1 + u_low) - 1: one GEMM of (c1 + c2)(p rho1 + tiny) + c2 p
+    # = p (a rho + b) + (c1 + c2) tiny; likewise dQ, dK
+    g, g_ = float(gamma(lq + 2)), float(gamma(bq, u_low)) if u_low else 0.0
     c1, c2 = 1 + g_, g * (1 + g_) + g_
-    w = (c1 + c2) * (p * rho1)
-    w += c2 * p
-    w += (c1 + c2) * tiny_t
-    e_dv = _mm(np.swapaxes(w, -1, -2), agt) + (lq + 4) * _UFL
+    w = rho * const((c1 + c2) * (1 + u_low))
+    w += const((c1 + c2) * u_low + c2)
+    w *= p32
+    if tiny:
+        np.add(w, const((c1 + c2) * tiny), out=w, where=finite)
+    # underflow (_attention_bound): the cast of p loses ETA times the factor a rho + b after
+    # it, the product ETA; the GEMM ETA per term
+    r_max, p_max = (float(x.max(initial=0.0)) for x in (rho, p32))
+    fl_v = ETA * (r_max * (c1 + c2) * (1 + u_low) + (c1 + c2) * u_low + c2 + 1)
+    fl_v = fl_v * float(agt.max(initial=0.0)) + ETA
+    e_dv = widen(mag_mm(np.swapaxes(w, -1, -2), agt)) + W32 * lq * fl_v + (lq + 4) * _UFL
     dp = _mm(go, np.swapaxes(v, -1, -2))
-    e_dp = gamma(d) * _mm(agt, np.swapaxes(np.abs(v), -1, -2))
     dd = (go * out).sum(-1, keepdims=True)
-    e_d = gamma(d + 1) * np.abs(go * out).sum(-1, keepdims=True)
     diff = dp - dd
     ds = p * diff
-    ad = np.abs(diff)
-    pr = p * rho
-    p1 = p + pr  # p (1 + rho)
-    # (p rho |dP - D| + p (1 + rho)(e_dp + e_d))(1 + g2) + g2 p (1 + rho) |dP - D|
-    g2 = gamma(2)
-    e_ds = pr * ad
-    e_ds += p1 * (e_dp + e_d)
-    e_ds *= 1 + g2
-    e_ds += g2 * p1 * ad
-    e_ds *= 1 + u_low
-    e_ds += u_low * np.abs(ds) + tiny_t + 4 * _UFL
-    np.copyto(e_ds, 0.0, where=~finite)
-    ads = np.abs(ds)
+    # e_ds = (p rho |dP - D| + p (1 + rho)(e_dp + e_d))(1 + g2) + g2 p (1 + rho) |dP - D|, then
+    # (1 + u_low) e_ds + u_low |dS| (+ tiny + 4 half-subnormals) with |dS| = p |dP - D|:
+    # p (|dP - D| (rho a1 + a0) + (1 + rho) a2 (e_dp + e_d)), a1 = (1 + 2 g2)(1 + u_low),
+    # a0 = g2 (1 + u_low) + u_low, a2 = (1 + g2)(1 + u_low)
+    g2 = float(gamma(2))
+    a1, a0, a2 = (1 + 2 * g2) * (1 + u_low), g2 * (1 + u_low) + u_low, (1 + g2) * (1 + u_low)
+    e_d = gamma(d + 1) * np.abs(go * out).sum(-1, keepdims=True)
+    ee = mag_mm(agt, np.ascontiguousarray(np.swapaxes(av, -1, -2))).astype(F32, copy=False)
+    ee *= const(float(gamma(d)) * a2)
+    ee += (e_d * a2 * (1 + 2.0**-22)).astype(F32)  # rounded up (the cast and its product)
+    ad = diff.astype(F32)
+    np.abs(ad, out=ad)
+    e_ds = rho * const(a1)
+    e_ds += const(a0)
+    e_ds *= ad
+    rho += F32(1.0)
+    rho *= ee
+    e_ds += rho
+    e_ds *= p32
+    np.add(e_ds, const(tiny + 4 * _UFL), out=e_ds, where=finite)
+    p32 *= ad  # |dS|
+    # underflow: the cast of p loses ETA times X = |dP - D|(rho a1 + a0) + (1 + rho) ee, the
+    # cast of |dP - D| ETA (rho a1 + a0) p, the products ad (..), (1 + rho) ee, X p ETA (times
+    # p for the first two), ee's own 3 ETA (its GEMM's D ETA times g_D a2 < 2^-16, the cast of
+    # e_d, the scaling; times (1 + rho) p); |dS| = p ad: ETA ad + ETA
+    a_max, e_max = float(ad.max(initial=0.0)), float(ee.max(initial=0.0))
+    x_max = a_max * (r_max * a1 + a0) + (1 + r_max) * e_max
+    fl_s = ETA * (x_max + p_max * (r_max * a1 + a0 + 2 + (1 + r_max) * 3) + 1)
+    fl_ds = ETA * (a_max + 1)
+    out_e = []
     # e_dq = scale (E + g M) then + g' (M + e_dq), E = sum e_ds |k|, M = sum (|dS| + e_ds)|k|
-    gq, gq_ = gamma(lk + 3), gamma(bk, u_low) if u_low else 0.0
-    cq1, cq2 = 1 + gq_, gq * (1 + gq_) + gq_
+    for n_sum, n_blk, ab, tr in ((lk, bk, ak, False), (lq, bq, aq, True)):
+        gs, gs_ = float(gamma(n_sum + 3)), float(gamma(n_blk, u_low)) if u_low else 0.0
+        cs1, cs2 = 1 + gs_, gs * (1 + gs_) + gs_
+        wt = e_ds * const(cs1 + cs2)
+        wt += p32 * const(cs2)
+        mm = mag_mm(np.swapaxes(wt, -1, -2) if tr else wt, ab)
+        fl = (fl_s * (cs1 + cs2) + fl_ds * cs2 + 2 * ETA) * float(ab.max(initial=0.0)) + ETA
+        out_e.append(scale * (widen(mm) + W32 * n_sum * fl) + (n_sum + 4) * _UFL)
+    e_dq, e_dk = out_e
     dq = scale * _mm(ds, k)
-    e_dq = scale * _mm((cq1 + cq2) * e_ds + cq2 * ads, np.abs(k)) + (lk + 4) * _UFL
-    gk, gk_ = gamma(lq + 3), gamma(bq, u_low) if u_low else 0.0
-    ck1, ck2 = 1 + gk_, gk * (1 + gk_) + gk_
     dk = scale * _mm(np.swapaxes(ds, -1, -2), q)
-    wk = (ck1 + ck2) * e_ds + ck2 * ads
-    e_dk = scale * _mm(np.swapaxes(wk, -1, -2), np.abs(q)) + (lq + 4) * _UFL
-    e_dq, e_dk, e_dv = (e + tiny for e in (e_dq, e_dk, e_dv))  # a subnormal result flushed
+    e_dq, e_dk, e_dv = (nan_to_inf(e + tiny) for e in (e_dq, e_dk, e_dv))  # a flushed subnormal
     return [bounded(to(dq, names[0]), e_dq * _SLACK, _REASON_B, center=dq),
             bounded(to(dk, names[1]), e_dk * _SLACK, _REASON_B, center=dk),
             bounded(to(dv, names[2]), e_dv * _SLACK, _REASON_B, center=dv)]  # fmt: skip

@@ -1,0 +1,99 @@
+"""The error-bound arrays of the flash-attention emulations (:mod:`.attention`), computed in
+float32 to save memory traffic; the centers stay float64.
+
+Every bound array here (e_s, rho, the GEMM weights, e_ds, ...) is a sum of products of
+non-negative quantities and positive constants. Computing it in float32 with round to nearest
+gives a value c that, per operation on non-negative operands, loses at most a relative
+u = 2^-24 (c >= exact / (1 + u)), plus, for a product or a cast that lands below 2^-126, an
+absolute ETA = 2^-150 (a sum of float32 values in the subnormal range is exact). So, for a
+path of at most n roundings from exact data to a bound, ``exact <= (1 + u)^n c + (what the
+underflows lost)``:
+
+- roundings: the elementwise chains take at most 48 roundings (a float64 -> float32 cast, the
+  constants' casts and each multiply/add counted once) and a float32 GEMM of inner dimension
+  m at most m + 1 in any summation order, FMA or not; GEMMs run in float32 only for m <= 64
+  (else in float64 on the float32 operands, whose error is within ``attention._SLACK``), and
+  a path crosses at most two GEMMs (the scores' |q||k| enter rho through exp, then the
+  output GEMM), so n <= 48 + 2 * 65 = 178 and every bound is widened by W32 = (1 + u)^178 <=
+  1 + 2^-16.5 (:data:`W32`). Against the same formula in float64 the bound is looser by at
+  most W32 / (1 + u)^-178, about 1 + 2^-15.5 in the worst rounding case, ~W32 in practice.
+- exp: expm1 is not taken from numpy's float32 (its error is not documented); for
+  0 <= y <= 2^-4 the Taylor bound expm1(y) <= y (1 + y (1/2 + y e^(2^-4) / 6)) is used
+  (:func:`expm1_up`; looser than expm1(y) by < y^2 2^-4 / 6 relative, < 2^-18.4), above it
+  float64 expm1.
+- underflow: the absolute losses are bounded after the fact with the float32 arrays' maxima:
+  each multiplication or cast on a path loses at most ETA times the largest value of the
+  factors applied after it, and a GEMM of m terms m ETA of its own (each counted where the
+  emulation computes it); these floors are added in float64 (ETA times the number of terms
+  times the magnitudes of the factors, far below any realistic bound; infinite if a maximum
+  overflows).
+- overflow: inf is a valid (useless) bound; inf * 0 (a flushed p times an overflowed rho,
+  reachable only when the scores' own error exceeds ~88) gives NaN, which the callers turn
+  into an infinite bound.
+- the scores' error e_s enters only through exp arguments, where its float32 underflow (below
+  2^-140 absolute) changes rho by less than 2^-120 relative (rho >= 2^-23): covered by W32.
+
+>>> import numpy as np
+>>> float(expm1_up(np.float32([1e-3]))[0]) >= float(np.expm1(1e-3))
+True
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from fpemu.validate.ops._fma import grow
+
+__all__ = ["ETA", "F32", "W32", "const", "expm1_up", "mag_mm", "nan_to_inf", "widen"]
+
+ETA = 2.0**-150
+#: widening of every float32-computed bound: 178 roundings (see the module docstring)
+W32 = float(grow(178))
+_MM32_MAX = 64  # float32 GEMM only up to this inner dimension (65 roundings)
+_Y_POLY = 2.0**-4
+_C3 = math.exp(_Y_POLY) / 6 * (1 + 2.0**-20)  # rounded up when cast to float32 below
+F32 = np.float32
+
+
+def const(c: float) -> np.float32:
+    """A positive constant as float32 rounded up (so it never undercuts the float64 one)."""
+    r = np.float32(c)
+    return r if float(r) >= c else np.nextafter(r, np.float32(np.inf))
+
+
+def mag_mm(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a @ b`` of non-negative arrays for a bound: float32 for an inner dimension up to 64,
+    float64 beyond (the rounding count of the module docstring holds either way)."""
+    if a.shape[-1] <= _MM32_MAX:
+        return np.asarray(np.matmul(a.astype(F32, copy=False), b.astype(F32, copy=False)))
+    return np.asarray(np.matmul(np.asarray(a, np.float64), np.asarray(b, np.float64)))
+
+
+def expm1_up(y: np.ndarray) -> np.ndarray:
+    """An upper bound on expm1(y) for y >= 0 (float32, in place where it can): the Taylor
+    bound y (1 + y (1/2 + y e^Y / 6)) for max y <= Y = 2^-4, else float64 expm1 rounded
+    up to float32."""
+    ymax = float(y.max()) if y.size else 0.0
+    if not ymax <= _Y_POLY:  # NaN included
+        r = np.expm1(np.asarray(y, np.float64)).astype(F32)
+        return np.asarray(r * const(1 + 2.0**-23), F32)
+    t = y * const(_C3)
+    t += F32(0.5)
+    t *= y
+    t += F32(1.0)
+    t *= y
+    return t
+
+
+def nan_to_inf(e: np.ndarray) -> np.ndarray:
+    """A bound with NaN (inf * 0 in float32) made infinite (in place)."""
+    np.copyto(e, np.inf, where=np.isnan(e))
+    return e
+
+
+def widen(c: Any) -> np.ndarray:
+    """A float32-computed bound as float64, widened by W32."""
+    return np.asarray(c, np.float64) * W32
