@@ -165,7 +165,8 @@ def _forward_bound(call: Call) -> tuple[Any, ...]:
     underflow floors of :mod:`._attention_bound`).
     """
     q, k, v = (
-        np.asarray(call.arg(i, n), np.float64) for i, n in enumerate(("query", "key", "value"))
+        np.ascontiguousarray(call.arg(i, n), np.float64)  # contiguous: _mm copies nothing
+        for i, n in enumerate(("query", "key", "value"))
     )
     causal = bool(call.arg(4, "is_causal", False))
     name = call.out_dtypes[0]
@@ -282,7 +283,7 @@ def flash_attention_backward(call: Call) -> list[Out | None]:
     dK likewise with q and the q blocks.
     """
     _no_dropout(call)
-    go, q, k, v, out = (np.asarray(call.arg(i, n), np.float64) for i, n in
+    go, q, k, v, out = (np.ascontiguousarray(call.arg(i, n), np.float64) for i, n in
                         enumerate(("grad_out", "query", "key", "value", "out")))  # fmt: skip
     lse = np.asarray(call.arg(5, "logsumexp"), np.float64)[..., None]
     causal = bool(call.arg(7, "is_causal", False))
@@ -325,7 +326,8 @@ def flash_attention_backward(call: Call) -> list[Out | None]:
     fl_v = fl_v * float(agt.max(initial=0.0)) + ETA
     e_dv = widen(mag_mm(np.swapaxes(w, -1, -2), agt)) + W32 * lq * fl_v + (lq + 4) * _UFL
     dp = _mm(go, np.swapaxes(v, -1, -2))
-    dd = (go * out).sum(-1, keepdims=True)
+    gout = go * out
+    dd = gout.sum(-1, keepdims=True)
     diff = dp - dd
     ds = p * diff
     # e_ds = (p rho |dP - D| + p (1 + rho)(e_dp + e_d))(1 + g2) + g2 p (1 + rho) |dP - D|, then
@@ -334,7 +336,7 @@ def flash_attention_backward(call: Call) -> list[Out | None]:
     # a0 = g2 (1 + u_low) + u_low, a2 = (1 + g2)(1 + u_low)
     g2 = float(gamma(2))
     a1, a0, a2 = (1 + 2 * g2) * (1 + u_low), g2 * (1 + u_low) + u_low, (1 + g2) * (1 + u_low)
-    e_d = gamma(d + 1) * np.abs(go * out).sum(-1, keepdims=True)
+    e_d = gamma(d + 1) * np.abs(gout, out=gout).sum(-1, keepdims=True)
     ee = mag_mm(agt, np.ascontiguousarray(np.swapaxes(av, -1, -2))).astype(F32, copy=False)
     ee *= const(float(gamma(d)) * a2)
     ee += (e_d * a2 * (1 + 2.0**-22)).astype(F32)  # rounded up (the cast and its product)
