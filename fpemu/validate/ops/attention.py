@@ -99,7 +99,8 @@ def _scores(call: Call, q: np.ndarray, k: np.ndarray, causal: bool, *,
     with np.errstate(invalid="ignore", over="ignore"):
         s *= scale
         if bound:
-            e_s = mag_mm(np.abs(q), np.ascontiguousarray(np.swapaxes(np.abs(k), -1, -2)))
+            aq, akt = q.astype(F32), np.swapaxes(k, -1, -2).astype(F32)  # exact: <= float32
+            e_s = mag_mm(np.abs(aq, out=aq), np.abs(akt, out=akt))
             e_s = np.multiply(e_s, const(float(gamma(d)) * scale * (1 + g2)), dtype=F32)
             a = s.astype(F32)
             np.abs(a, out=a)
