@@ -34,8 +34,8 @@ underflows lost)``:
   2^-140 absolute) changes rho by less than 2^-120 relative (rho >= 2^-23): covered by W32.
 
 >>> import numpy as np
->>> float(expm1_up(np.float32([1e-3]))[0]) >= float(np.expm1(1e-3))
-True
+>>> [float(expm1_up(np.float32([y]))[0]) >= float(np.expm1(np.float32(y))) for y in (1e-3, 0.05)]
+[True, True]
 """
 
 from __future__ import annotations
@@ -47,7 +47,18 @@ import numpy as np
 
 from fpemu.validate.ops._fma import grow
 
-__all__ = ["ETA", "F32", "W32", "const", "expm1_up", "mag_mm", "nan_to_inf", "widen"]
+__all__ = [
+    "ETA",
+    "F32",
+    "W32",
+    "const",
+    "expm1_up",
+    "f32abs",
+    "finish",
+    "mag_mm",
+    "nan_to_inf",
+    "widen",
+]
 
 ETA = 2.0**-150
 #: widening of every float32-computed bound: 178 roundings (see the module docstring)
@@ -72,19 +83,25 @@ def mag_mm(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.asarray(np.matmul(np.asarray(a, np.float64), np.asarray(b, np.float64)))
 
 
-def expm1_up(y: np.ndarray) -> np.ndarray:
-    """An upper bound on expm1(y) for y >= 0 (float32, in place where it can): the Taylor
-    bound y (1 + y (1/2 + y e^Y / 6)) for max y <= Y = 2^-4, else float64 expm1 rounded
-    up to float32."""
+def expm1_up(y: np.ndarray, err: float = 0.0) -> np.ndarray:
+    """An upper bound on expm1(y) (1 + err) + err for y >= 0, float32: the Taylor bound
+    expm1(y) <= y (1 + y (1/2 + y e^Y / 6)) for max y <= Y = 2^-4, with y e^Y / 6 taken at
+    max y when that is <= 2^-9 (looser by < 2^-20 relative, two passes fewer), else float64
+    expm1 rounded up to float32."""
     ymax = float(y.max()) if y.size else 0.0
     if not ymax <= _Y_POLY:  # NaN included
-        r = np.expm1(np.asarray(y, np.float64)).astype(F32)
+        r = (np.expm1(np.asarray(y, np.float64)) * (1 + err) + err).astype(F32)
         return np.asarray(r * const(1 + 2.0**-23), F32)
-    t = y * const(_C3)
-    t += F32(0.5)
+    if ymax <= 2.0**-9:
+        t = y * const((0.5 + ymax * _C3) * (1 + err))
+    else:
+        t = y * const(_C3)
+        t += F32(0.5)
+        t *= y
+        t *= const(1 + err)
+    t += const(1 + err)
     t *= y
-    t += F32(1.0)
-    t *= y
+    t += const(err)
     return t
 
 
@@ -92,6 +109,24 @@ def nan_to_inf(e: np.ndarray) -> np.ndarray:
     """A bound with NaN (inf * 0 in float32) made infinite (in place)."""
     np.copyto(e, np.inf, where=np.isnan(e))
     return e
+
+
+def finish(c: np.ndarray, factor: float, add: float) -> np.ndarray:
+    """A float32-computed GEMM of bound weights as the float64 bound ``c factor + add``
+    (``factor`` includes W32), NaN made infinite; float64 roundings of the constants here
+    (2^-53 relative each) are far inside the callers' 2^-20 widening."""
+    e = c.astype(np.float64)
+    e *= factor
+    e += add
+    if np.isnan(e).any():
+        nan_to_inf(e)
+    return e
+
+
+def f32abs(x: np.ndarray) -> np.ndarray:
+    """|x| as float32 (x's values are float32 or narrower: exact)."""
+    a = x.astype(F32)
+    return np.abs(a, out=a)
 
 
 def widen(c: Any) -> np.ndarray:
