@@ -138,22 +138,24 @@ def _probs(s: np.ndarray, shift: np.ndarray, e_s: np.ndarray, masked: np.ndarray
     with reach = |s - shift| + e_s + max e_s; rho >= 1 where the argument can fall below
     ln(FLT_MIN) (flushed to 0, or subnormal). ``arg_roundings`` (r): how many float32 roundings
     of the argument (relative u each) the exp itself adds (fexp_u20: 3). Masked keys get p = 0
-    (their rho is finite, and every use of rho is multiplied by p)."""
+    (their rho is finite, and every use of rho is multiplied by p). ``s`` is consumed (its
+    buffer becomes p: fewer fresh pages)."""
     with np.errstate(invalid="ignore", over="ignore"):
-        t = s - shift
-        p = np.exp(t)  # exp(-inf) = 0 for masked keys
-    reach = t.astype(F32)
+        t = np.subtract(s, shift, out=s)
+        reach = t.astype(F32)
+        p = np.exp(t, out=t)  # exp(-inf) = 0 for masked keys
     np.abs(reach, out=reach)
     np.copyto(reach, F32(0.0), where=masked)
     reach += e_s
     reach += e_s.max(axis=-1, keepdims=True)
-    y = reach * const((1 + arg_roundings) * U32)
-    y += e_s
-    rho = expm1_up(y, exp_err)
     # the true reach is at most W32 reach (plus < 2^-140): compare with the threshold lowered
     thr = F32((_LN_FLT_MIN - 1.0) / W32 * 0.999)
-    if reach.size and not reach.max() <= thr:  # else no element can reach it (NaN: compare)
-        np.maximum(rho, F32(1.0), out=rho, where=reach > thr)
+    hi = reach > thr if reach.size and not reach.max() <= thr else None  # NaN: compare
+    y = np.multiply(reach, const((1 + arg_roundings) * U32), out=reach)
+    y += e_s
+    rho = expm1_up(y, exp_err)
+    if hi is not None:  # else no element can reach the threshold
+        np.maximum(rho, F32(1.0), out=rho, where=hi)
     return p, rho
 
 
@@ -191,10 +193,10 @@ def _forward_bound(call: Call) -> tuple[Any, ...]:
             lse = np.where(empty, 0.0, m + np.log(np.where(empty, 1.0, S)))
         return o, np.inf, lse[..., 0], np.inf
     low = name != "float32"
-    p, rho = _probs(s, m, e_s, masked, _FEXP if low else _EXP_U20, 3 if low else 1)
     emax = float(e_s.max()) * W32 + 2.0**-140 if e_s.size else 0.0
+    span = m - np.min(np.where(finite, s, m), axis=-1, keepdims=True) if blocks > 1 else m
+    p, rho = _probs(s, m, e_s, masked, _FEXP if low else _EXP_U20, 3 if low else 1)
     if blocks > 1:
-        span = m - np.min(np.where(finite, s, m), axis=-1, keepdims=True)
         r_blk = (1 + 2.0**-23) * (1 + U32) ** 2 * np.exp(U32 * (span + 2 * emax))
         r = r_blk ** (blocks - 1) * (1 + 2.0**-22)  # rounded up as float32 below
         rho *= r.astype(F32)
@@ -226,14 +228,28 @@ def _forward_bound(call: Call) -> tuple[Any, ...]:
     with np.errstate(invalid="ignore", divide="ignore"):
         o = N / np.where(empty, 1.0, S)
         np.copyto(o, 0.0, where=empty)
-        e_o = (en + np.abs(o) * es) / (S - es)
-        e_o = e_o + gamma(2) * (np.abs(o) + e_o) + tiny
-        np.copyto(e_o, np.inf, where=~(S - es > 0))  # NaN (float32 inf * 0) included
-        np.copyto(e_o, 0.0, where=empty)
+        # e_o = ((en + |o| es) / (S - es))(1 + g2) + g2 |o| + tiny, times _SLACK, in place
+        ao = np.abs(o)
+        e_o = ao * es
+        e_o += en
+        den = S - es
+        bad = ~(den > 0)  # NaN (float32 inf * 0) included
+        e_o /= np.where(bad, 1.0, den)
+        g2 = float(gamma(2))
+        e_o *= (1 + g2) * _SLACK
+        ao *= g2 * _SLACK
+        e_o += ao
+        e_o += tiny * _SLACK
+        if bad.any():
+            np.copyto(e_o, np.inf, where=bad)
+        if np.isnan(e_o).any():
+            nan_to_inf(e_o)
+        if empty.any():
+            np.copyto(e_o, 0.0, where=empty)
         lse = np.where(empty, 0.0, m + np.log(np.where(empty, 1.0, S)))
         e_l = -np.log1p(-np.minimum(es / S, 1.0)) + 2.0**-23 * np.abs(np.log(S)) + U32 * np.abs(lse)
         e_l = np.where(empty[..., 0:1], 0.0, nan_to_inf(e_l))
-    return o, nan_to_inf(e_o) * _SLACK, lse[..., 0], e_l[..., 0] * _SLACK
+    return o, e_o, lse[..., 0], e_l[..., 0] * _SLACK
 
 
 _REASON_F = (
@@ -334,8 +350,9 @@ def flash_attention_backward(call: Call) -> list[Out | None]:
     dp = _mm(go, np.swapaxes(v, -1, -2))
     gout = go * out
     dd = gout.sum(-1, keepdims=True)
-    diff = dp - dd
-    ds = p * diff
+    diff = np.subtract(dp, dd, out=dp)
+    ad = diff.astype(F32)
+    ds = np.multiply(p, diff, out=diff)  # diff is consumed (|diff| kept in float32)
     # e_ds = (p rho |dP - D| + p (1 + rho)(e_dp + e_d))(1 + g2) + g2 p (1 + rho) |dP - D|, then
     # (1 + u_low) e_ds + u_low |dS| (+ tiny + 4 half-subnormals) with |dS| = p |dP - D|:
     # p (|dP - D| (rho a1 + a0) + (1 + rho) a2 (e_dp + e_d)), a1 = (1 + 2 g2)(1 + u_low),
@@ -346,9 +363,8 @@ def flash_attention_backward(call: Call) -> list[Out | None]:
     ee = mag_mm(agt, np.ascontiguousarray(np.swapaxes(av, -1, -2))).astype(F32, copy=False)
     ee *= const(float(gamma(d)) * a2)
     ee += (e_d * a2 * (1 + 2.0**-22)).astype(F32)  # rounded up (the cast and its product)
-    ad = diff.astype(F32)
     np.abs(ad, out=ad)
-    e_ds = rho * const(a1)
+    e_ds = np.multiply(rho, const(a1), out=w)  # w is consumed (its GEMM is done)
     e_ds += const(a0)
     e_ds *= ad
     rho += F32(1.0)
@@ -356,12 +372,13 @@ def flash_attention_backward(call: Call) -> list[Out | None]:
     e_ds += rho
     e_ds *= p32
     np.add(e_ds, const(tiny + 4 * _UFL), out=e_ds, where=finite)
+    a_max = float(ad.max(initial=0.0))
     p32 *= ad  # |dS|
     # underflow: the cast of p loses ETA times X = |dP - D|(rho a1 + a0) + (1 + rho) ee, the
     # cast of |dP - D| ETA (rho a1 + a0) p, the products ad (..), (1 + rho) ee, X p ETA (times
     # p for the first two), ee's own 3 ETA (its GEMM's D ETA times g_D a2 < 2^-16, the cast of
     # e_d, the scaling; times (1 + rho) p); |dS| = p ad: ETA ad + ETA
-    a_max, e_max = float(ad.max(initial=0.0)), float(ee.max(initial=0.0))
+    e_max = float(ee.max(initial=0.0))
     x_max = a_max * (r_max * a1 + a0) + (1 + r_max) * e_max
     fl_s = ETA * (x_max + p_max * (r_max * a1 + a0 + 2 + (1 + r_max) * 3) + 1)
     fl_ds = ETA * (a_max + 1)
@@ -370,8 +387,9 @@ def flash_attention_backward(call: Call) -> list[Out | None]:
     for n_sum, n_blk, ab, tr in ((lk, bk, ak, False), (lq, bq, aq, True)):
         gs, gs_ = float(gamma(n_sum + 3)), float(gamma(n_blk, u_low)) if u_low else 0.0
         cs1, cs2 = 1 + gs_, gs * (1 + gs_) + gs_
-        wt = e_ds * const(cs1 + cs2)
-        wt += p32 * const(cs2)
+        # weights in dead buffers: rho (then e_ds itself), ad as the scratch
+        wt = np.multiply(e_ds, const(cs1 + cs2), out=e_ds if tr else rho)
+        wt += np.multiply(p32, const(cs2), out=ad)
         mm = mag_mm(np.swapaxes(wt, -1, -2) if tr else wt, ab)
         fl = (fl_s * (cs1 + cs2) + fl_ds * cs2 + 2 * ETA) * float(ab.max(initial=0.0)) + ETA
         add = (scale * W32 * n_sum * fl + (n_sum + 4) * _UFL + tiny) * _SLACK
