@@ -124,14 +124,15 @@ def _scores(call: Call, q: np.ndarray, k: np.ndarray, causal: bool, *,
         lq, lk = s.shape[-2], s.shape[-1]
         np.copyto(s, -np.inf, where=np.triu(np.ones((lq, lk), bool), 1))
     if e_s is None:
-        return s, None, scale, None
+        return s, None, scale, None, None
     masked = np.isneginf(s)
     np.copyto(e_s, F32(0.0), where=masked)
-    return s, e_s, scale, masked
+    return s, e_s, scale, masked, a if a.shape == s.shape else None
 
 
 def _probs(s: np.ndarray, shift: np.ndarray, e_s: np.ndarray, masked: np.ndarray,
-           exp_err: float, arg_roundings: int = 1) -> tuple[Any, ...]:  # fmt: skip
+           exp_err: float, arg_roundings: int = 1,
+           buf: np.ndarray | None = None) -> tuple[Any, ...]:  # fmt: skip
     """p = exp(s - shift) (float64) and rho (float32), the relative error of the kernel's p
     against it: the error of s (e_s, its row max for the shift), the rounding of s - shift
     (u |s - shift|), the exp's own error: rho = expm1((1 + r) u reach + e_s)(1 + err) + err
@@ -139,10 +140,12 @@ def _probs(s: np.ndarray, shift: np.ndarray, e_s: np.ndarray, masked: np.ndarray
     ln(FLT_MIN) (flushed to 0, or subnormal). ``arg_roundings`` (r): how many float32 roundings
     of the argument (relative u each) the exp itself adds (fexp_u20: 3). Masked keys get p = 0
     (their rho is finite, and every use of rho is multiplied by p). ``s`` is consumed (its
-    buffer becomes p: fewer fresh pages)."""
+    buffer becomes p: fewer fresh pages); ``buf``: a float32 scratch of s's shape, or None."""
     with np.errstate(invalid="ignore", over="ignore"):
         t = np.subtract(s, shift, out=s)
-        reach = t.astype(F32)
+        reach = t.astype(F32) if buf is None else buf
+        if buf is not None:
+            np.copyto(buf, t, casting="same_kind")
         p = np.exp(t, out=t)  # exp(-inf) = 0 for masked keys
     np.abs(reach, out=reach)
     np.copyto(reach, F32(0.0), where=masked)
@@ -178,7 +181,7 @@ def _forward_bound(call: Call) -> tuple[Any, ...]:
     )
     causal = bool(call.arg(4, "is_causal", False))
     name = call.out_dtypes[0]
-    s, e_s, _, masked = _scores(call, q, k, causal, bound=call.model is None)
+    s, e_s, _, masked, buf = _scores(call, q, k, causal, bound=call.model is None)
     lk = s.shape[-1]
     blocks = -(-lk // _KV_BLOCK)
     finite = ~np.isneginf(s) if masked is None else ~masked
@@ -195,7 +198,7 @@ def _forward_bound(call: Call) -> tuple[Any, ...]:
     low = name != "float32"
     emax = float(e_s.max()) * W32 + 2.0**-140 if e_s.size else 0.0
     span = m - np.min(np.where(finite, s, m), axis=-1, keepdims=True) if blocks > 1 else m
-    p, rho = _probs(s, m, e_s, masked, _FEXP if low else _EXP_U20, 3 if low else 1)
+    p, rho = _probs(s, m, e_s, masked, _FEXP if low else _EXP_U20, 3 if low else 1, buf)
     if blocks > 1:
         r_blk = (1 + 2.0**-23) * (1 + U32) ** 2 * np.exp(U32 * (span + 2 * emax))
         r = r_blk ** (blocks - 1) * (1 + 2.0**-22)  # rounded up as float32 below
@@ -204,20 +207,21 @@ def _forward_bound(call: Call) -> tuple[Any, ...]:
     u_low, tiny = _UNIT[name], _TINY[name]
     S = p.sum(-1, keepdims=True)
     N = _mm(p, v)
-    p32 = p.astype(F32)
-    pr = p32 * rho
+    r_max = float(rho.max(initial=0.0))
+    p32 = e_s  # e_s is dead: its buffer takes p as float32 (its shape is s's)
+    np.copyto(p32, p, casting="same_kind")
+    pr = np.multiply(p32, rho, out=rho)
     g_es, g_en = float(gamma(lk + 2 * blocks)), float(gamma(lk + blocks))
     av = f32abs(v)
     # underflow (_attention_bound): p rho loses ETA in the cast of p (times rho <= R) and ETA in
     # the product; w loses that times (1 + c), plus ETA in each product and c ETA (cast of p)
-    r_max = float(rho.max(initial=0.0))
     fl = ETA * (r_max + 1)
     es = (1 + g_es) * (widen(pr.sum(-1, keepdims=True, dtype=np.float64)) + W32 * lk * fl)
     es += g_es * S
     # EN = sum |v| (p rho + u_low big + tiny) + g sum |v| (big (1 + u_low) + tiny), big = p (1 +
     # rho): one GEMM of p rho (1 + c) + c p + (1 + g) tiny, c = u_low + g (1 + u_low)
     c = u_low + g_en * (1 + u_low)
-    w = pr * const(1 + c)
+    w = np.multiply(pr, const(1 + c), out=pr)
     p32 *= const(c)
     w += p32
     if tiny:
@@ -311,7 +315,7 @@ def flash_attention_backward(call: Call) -> list[Out | None]:
     causal = bool(call.arg(7, "is_causal", False))
     name = call.out_dtypes[0]
     u_low, tiny = _UNIT[name], _TINY[name]
-    s, e_s, scale, masked = _scores(call, q, k, causal, bound=call.model is None)
+    s, e_s, scale, masked, buf = _scores(call, q, k, causal, bound=call.model is None)
     lq, lk, d = s.shape[-2], s.shape[-1], q.shape[-1]
     names = call.out_dtypes
     if e_s is None:  # emulate: the centers only (the same operations as below)
@@ -325,9 +329,10 @@ def flash_attention_backward(call: Call) -> list[Out | None]:
     bq = -(-lq // _q_block(lq))
     bk = -(-lk // _KV_BLOCK)
     low = name != "float32"
-    p, rho = _probs(s, lse, e_s, masked, _FEXP if low else _EXP_U10, 3 if low else 1)
+    p, rho = _probs(s, lse, e_s, masked, _FEXP if low else _EXP_U10, 3 if low else 1, buf)
     finite = ~masked
-    p32 = p.astype(F32)
+    p32 = e_s  # e_s is dead: its buffer takes p as float32
+    np.copyto(p32, p, casting="same_kind")
     agt, av, aq, ak = (f32abs(x) for x in (go, v, q, k))
     dv = _mm(np.swapaxes(p, -1, -2), go)
     # e_dv = E + g M, then + g' (M + e_dv), E = sum (p rho1 + tiny)|dO|, M = sum (p (1 + rho1) +
