@@ -105,6 +105,22 @@ def expm1_up(y: np.ndarray, err: float = 0.0) -> np.ndarray:
     return t
 
 
+def rowmax(a: np.ndarray) -> np.ndarray:
+    """``a.max(axis=-1, keepdims=True)`` (the same values: max is exact, NaN propagates) by
+    halving the last axis: numpy reduces a short last axis row by row, ~10x slower.
+
+    >>> rowmax(np.float32([[1, 5, 2], [7, 0, 3]])).tolist()
+    [[5.0], [7.0]]
+    """
+    while a.shape[-1] > 1:
+        n, h = a.shape[-1], a.shape[-1] // 2
+        b = np.maximum(a[..., :h], a[..., h : 2 * h])
+        if n % 2:
+            np.maximum(b[..., :1], a[..., -1:], out=b[..., :1])
+        a = b
+    return a if a.shape[-1] == 1 else np.max(a, axis=-1, keepdims=True)
+
+
 def nan_to_inf(e: np.ndarray) -> np.ndarray:
     """A bound with NaN (inf * 0 in float32) made infinite (in place)."""
     np.copyto(e, np.inf, where=np.isnan(e))

@@ -50,6 +50,7 @@ from fpemu.validate.ops._attention_bound import (
     finish,
     mag_mm,
     nan_to_inf,
+    rowmax,
     widen,
 )
 from fpemu.validate.ops._fma import U32, gamma
@@ -150,7 +151,7 @@ def _probs(s: np.ndarray, shift: np.ndarray, e_s: np.ndarray, masked: np.ndarray
     np.abs(reach, out=reach)
     np.copyto(reach, F32(0.0), where=masked)
     reach += e_s
-    reach += e_s.max(axis=-1, keepdims=True)
+    reach += rowmax(e_s)
     # the true reach is at most W32 reach (plus < 2^-140): compare with the threshold lowered
     thr = F32((_LN_FLT_MIN - 1.0) / W32 * 0.999)
     hi = reach > thr if reach.size and not reach.max() <= thr else None  # NaN: compare
@@ -186,7 +187,7 @@ def _forward_bound(call: Call) -> tuple[Any, ...]:
     blocks = -(-lk // _KV_BLOCK)
     finite = ~np.isneginf(s) if masked is None else ~masked
     empty = ~finite.any(axis=-1, keepdims=True)  # fully masked rows: out 0, lse 0 (kernel)
-    m = np.where(empty, 0.0, np.max(s, axis=-1, keepdims=True))  # s is -inf where masked
+    m = np.where(empty, 0.0, rowmax(s))  # s is -inf where masked (rowmax: the same values)
     if e_s is None:  # emulate: the center only (the same operations as below)
         with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
             p = np.exp(s - m)
