@@ -151,11 +151,15 @@ def _probs(s: np.ndarray, shift: np.ndarray, e_s: np.ndarray, masked: np.ndarray
     np.abs(reach, out=reach)
     np.copyto(reach, F32(0.0), where=masked)
     reach += e_s
-    reach += rowmax(e_s)
+    # max e_s of the row; the whole array's instead where that moves rho by < 2^-20 relative
+    # (rho >= err): one pass fewer
+    c = (1 + arg_roundings) * U32
+    e_g = float(e_s.max()) if e_s.size else 0.0
+    reach += const(e_g) if c * e_g <= 2.0**-20 * exp_err else rowmax(e_s)
     # the true reach is at most W32 reach (plus < 2^-140): compare with the threshold lowered
     thr = F32((_LN_FLT_MIN - 1.0) / W32 * 0.999)
     hi = reach > thr if reach.size and not reach.max() <= thr else None  # NaN: compare
-    y = np.multiply(reach, const((1 + arg_roundings) * U32), out=reach)
+    y = np.multiply(reach, const(c), out=reach)
     y += e_s
     rho = expm1_up(y, exp_err)
     if hi is not None:  # else no element can reach the threshold
@@ -231,18 +235,19 @@ def _forward_bound(call: Call) -> tuple[Any, ...]:
     en = finish(mag_mm(w, av), W32, W32 * lk * (fl_w * float(av.max(initial=0.0)) + ETA))
     en += (lk + 2) * _UFL
     with np.errstate(invalid="ignore", divide="ignore"):
-        o = N / np.where(empty, 1.0, S)
+        o = np.divide(N, np.where(empty, 1.0, S), out=N)
         np.copyto(o, 0.0, where=empty)
-        # e_o = ((en + |o| es) / (S - es))(1 + g2) + g2 |o| + tiny, times _SLACK, in place
-        ao = np.abs(o)
-        e_o = ao * es
-        e_o += en
+        # e_o = ((en + |o| es) / (S - es))(1 + g2) + g2 |o| + tiny, times _SLACK, in place as
+        # en kr + |o| (es kr + g2 _SLACK) + tiny _SLACK with the row factor kr = (1 + g2)
+        # _SLACK / (S - es)
         den = S - es
         bad = ~(den > 0)  # NaN (float32 inf * 0) included
-        e_o /= np.where(bad, 1.0, den)
         g2 = float(gamma(2))
-        e_o *= (1 + g2) * _SLACK
-        ao *= g2 * _SLACK
+        kr = (1 + g2) * _SLACK / np.where(bad, 1.0, den)
+        e_o = en
+        e_o *= kr
+        ao = np.abs(o)
+        ao *= es * kr + g2 * _SLACK
         e_o += ao
         e_o += tiny * _SLACK
         if bad.any():
