@@ -51,6 +51,7 @@ __all__ = [
     "ETA",
     "F32",
     "W32",
+    "colsum",
     "const",
     "expm1_up",
     "f32abs",
@@ -137,6 +138,12 @@ def finish(c: np.ndarray, factor: float, add: float) -> np.ndarray:
     if np.isnan(e).any():
         nan_to_inf(e)
     return e
+
+
+def colsum(a: np.ndarray) -> np.ndarray:
+    """Sums over the second-to-last axis in float64 (the GEMM's summed axis of its right
+    operand): what multiplies one weight's absolute loss, per output column."""
+    return np.asarray(a.sum(axis=-2, keepdims=True, dtype=np.float64))
 
 
 def f32abs(x: np.ndarray) -> np.ndarray:

@@ -44,6 +44,7 @@ from fpemu.validate.ops._attention_bound import (
     ETA,
     F32,
     W32,
+    colsum,
     const,
     expm1_up,
     f32abs,
@@ -206,9 +207,10 @@ def _forward_bound(call: Call) -> tuple[Any, ...]:
     p, rho = _probs(s, m, e_s, masked, _FEXP if low else _EXP_U20, 3 if low else 1, buf)
     if blocks > 1:
         r_blk = (1 + 2.0**-23) * (1 + U32) ** 2 * np.exp(U32 * (span + 2 * emax))
-        r = r_blk ** (blocks - 1) * (1 + 2.0**-22)  # rounded up as float32 below
-        rho *= r.astype(F32)
-        rho += (r - 1).astype(F32) * const(1 + 2.0**-22)
+        # rho' = (1 + rho) r - 1 = rho r + (r - 1); r and r - 1 rounded up as float32
+        r = r_blk ** (blocks - 1)
+        rho *= (r * (1 + 2.0**-22)).astype(F32)
+        rho += ((r - 1) * (1 + 2.0**-22)).astype(F32)
     u_low, tiny = _UNIT[name], _TINY[name]
     S = p.sum(-1, keepdims=True)
     N = _mm(p, v)
@@ -232,7 +234,8 @@ def _forward_bound(call: Call) -> tuple[Any, ...]:
     if tiny:
         np.add(w, const((1 + g_en) * tiny * math.exp(emax)), out=w, where=finite)
     fl_w = fl * (1 + c) + (2 + c) * ETA
-    en = finish(mag_mm(w, av), W32, W32 * lk * (fl_w * float(av.max(initial=0.0)) + ETA))
+    # each weight's loss times |v| summed over the keys (per column), and ETA per GEMM term
+    en = finish(mag_mm(w, av), W32, W32 * (fl_w * colsum(av) + lk * ETA))
     en += (lk + 2) * _UFL
     with np.errstate(invalid="ignore", divide="ignore"):
         o = np.divide(N, np.where(empty, 1.0, S), out=N)
@@ -355,8 +358,8 @@ def flash_attention_backward(call: Call) -> list[Out | None]:
     # it, the product ETA; the GEMM ETA per term
     r_max, p_max = (float(x.max(initial=0.0)) for x in (rho, p32))
     fl_v = ETA * (r_max * (c1 + c2) * (1 + u_low) + (c1 + c2) * u_low + c2 + 1)
-    fl_v = fl_v * float(agt.max(initial=0.0)) + ETA
-    add = (W32 * lq * fl_v + (lq + 4) * _UFL + tiny) * _SLACK  # tiny: a flushed subnormal
+    fl_v = fl_v * colsum(agt) + lq * ETA  # times |dO| summed over the queries, per column
+    add = (W32 * fl_v + (lq + 4) * _UFL + tiny) * _SLACK  # tiny: a flushed subnormal
     e_dv = finish(mag_mm(np.swapaxes(w, -1, -2), agt), W32 * _SLACK, add)
     dp = _mm(go, np.swapaxes(v, -1, -2))
     gout = go * out
@@ -402,8 +405,8 @@ def flash_attention_backward(call: Call) -> list[Out | None]:
         wt = np.multiply(e_ds, const(cs1 + cs2), out=e_ds if tr else rho)
         wt += np.multiply(p32, const(cs2), out=ad)
         mm = mag_mm(np.swapaxes(wt, -1, -2) if tr else wt, ab)
-        fl = (fl_s * (cs1 + cs2) + fl_ds * cs2 + 2 * ETA) * float(ab.max(initial=0.0)) + ETA
-        add = (scale * W32 * n_sum * fl + (n_sum + 4) * _UFL + tiny) * _SLACK
+        fl = (fl_s * (cs1 + cs2) + fl_ds * cs2 + 2 * ETA) * colsum(ab) + n_sum * ETA
+        add = (scale * W32 * fl + (n_sum + 4) * _UFL + tiny) * _SLACK
         out_e.append(finish(mm, scale * W32 * _SLACK, add))
     e_dq, e_dk = out_e
     dq = scale * _mm(ds, k)
