@@ -15,18 +15,22 @@ underflows lost)``:
   (else in float64 on the float32 operands, whose error is within ``attention._SLACK``), and
   a path crosses at most two GEMMs (the scores' |q||k| enter rho through exp, then the
   output GEMM), so n <= 48 + 2 * 65 = 178 and every bound is widened by W32 = (1 + u)^178 <=
-  1 + 2^-16.5 (:data:`W32`). Against the same formula in float64 the bound is looser by at
-  most W32 / (1 + u)^-178, about 1 + 2^-15.5 in the worst rounding case, ~W32 in practice.
+  1 + 2^-16.5 (:data:`W32`). Against the same formula in exact arithmetic the bound is looser
+  by at most W32 (1 + u)^178 ~ 1 + 2^-15.5 in the worst rounding case, ~W32 in practice.
 - exp: expm1 is not taken from numpy's float32 (its error is not documented); for
-  0 <= y <= 2^-4 the Taylor bound expm1(y) <= y (1 + y (1/2 + y e^(2^-4) / 6)) is used
-  (:func:`expm1_up`; looser than expm1(y) by < y^2 2^-4 / 6 relative, < 2^-18.4), above it
-  float64 expm1.
-- underflow: the absolute losses are bounded after the fact with the float32 arrays' maxima:
-  each multiplication or cast on a path loses at most ETA times the largest value of the
-  factors applied after it, and a GEMM of m terms m ETA of its own (each counted where the
-  emulation computes it); these floors are added in float64 (ETA times the number of terms
-  times the magnitudes of the factors, far below any realistic bound; infinite if a maximum
-  overflows).
+  0 <= y <= Y = 2^-4 the Taylor bound expm1(y) <= y (1 + y (1/2 + y e^Y / 6)) is used
+  (:func:`expm1_up`; looser than expm1(y) by < y^2 Y / 6 relative, < 2^-18.4), with y e^Y / 6
+  taken at max y when max y <= 2^-9 (< 2^-20 more), above Y float64 expm1.
+- rho's argument takes the scores' error of its row max, or the array's max where that moves
+  rho by < 2^-20 relative; rho >= 1 is set where W32 reach may cross ln(FLT_MIN) - 1 (only
+  elements within 0.1% of that threshold can be affected beyond the float64 rule).
+- underflow: each multiplication or cast on a path loses at most ETA times the largest value
+  of the factors applied after it (bounded with the float32 arrays' maxima: R = max rho, P =
+  max p, max |dP - D|, ...), so one GEMM weight loses at most ETA L with a per-call constant
+  L; the GEMM's output then loses at most ETA L times the column sum of its right operand
+  (|v|, |dO|, |k|, |q|) plus ETA per term. These floors are added in float64 (for the bench
+  GPT ~1.5e-43 at most, in 64-term sums; they dominate only outputs whose float64 bound is
+  below ~1e-40; infinite if a maximum overflows).
 - overflow: inf is a valid (useless) bound; inf * 0 (a flushed p times an overflowed rho,
   reachable only when the scores' own error exceeds ~88) gives NaN, which the callers turn
   into an infinite bound.
@@ -45,7 +49,7 @@ from typing import Any
 
 import numpy as np
 
-from fpemu.validate.ops._fma import grow
+from fpemu.validate.ops._fma import U32, grow
 
 __all__ = [
     "ETA",
@@ -58,10 +62,12 @@ __all__ = [
     "finish",
     "mag_mm",
     "nan_to_inf",
+    "probs",
     "widen",
 ]
 
 ETA = 2.0**-150
+_LN_FLT_MIN = 87.33  # exp_u20 returns 0 below ln(FLT_MIN) = -87.3365
 #: widening of every float32-computed bound: 178 roundings (see the module docstring)
 W32 = float(grow(178))
 _MM32_MAX = 64  # float32 GEMM only up to this inner dimension (65 roundings)
@@ -155,3 +161,39 @@ def f32abs(x: np.ndarray) -> np.ndarray:
 def widen(c: Any) -> np.ndarray:
     """A float32-computed bound as float64, widened by W32."""
     return np.asarray(c, np.float64) * W32
+
+
+def probs(s: np.ndarray, shift: np.ndarray, e_s: np.ndarray, masked: np.ndarray,
+           exp_err: float, arg_roundings: int = 1,
+           buf: np.ndarray | None = None) -> tuple[Any, ...]:  # fmt: skip
+    """p = exp(s - shift) (float64) and rho (float32), the relative error of the kernel's p
+    against it: the error of s (e_s, its row max for the shift), the rounding of s - shift
+    (u |s - shift|), the exp's own error: rho = expm1((1 + r) u reach + e_s)(1 + err) + err
+    with reach = |s - shift| + e_s + max e_s; rho >= 1 where the argument can fall below
+    ln(FLT_MIN) (flushed to 0, or subnormal). ``arg_roundings`` (r): how many float32 roundings
+    of the argument (relative u each) the exp itself adds (fexp_u20: 3). Masked keys get p = 0
+    (their rho is finite, and every use of rho is multiplied by p). ``s`` is consumed (its
+    buffer becomes p: fewer fresh pages); ``buf``: a float32 scratch of s's shape, or None."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        t = np.subtract(s, shift, out=s)
+        reach = t.astype(F32) if buf is None else buf
+        if buf is not None:
+            np.copyto(buf, t, casting="same_kind")
+        p = np.exp(t, out=t)  # exp(-inf) = 0 for masked keys
+    np.abs(reach, out=reach)
+    np.copyto(reach, F32(0.0), where=masked)
+    reach += e_s
+    # max e_s of the row; the whole array's instead where that moves rho by < 2^-20 relative
+    # (rho >= err): one pass fewer
+    c = (1 + arg_roundings) * U32
+    e_g = float(e_s.max()) if e_s.size else 0.0
+    reach += const(e_g) if c * e_g <= 2.0**-20 * exp_err else rowmax(e_s)
+    # the true reach is at most W32 reach (plus < 2^-140): compare with the threshold lowered
+    thr = F32((_LN_FLT_MIN - 1.0) / W32 * 0.999)
+    hi = reach > thr if reach.size and not reach.max() <= thr else None  # NaN: compare
+    y = np.multiply(reach, const(c), out=reach)
+    y += e_s
+    rho = expm1_up(y, exp_err)
+    if hi is not None:  # else no element can reach the threshold
+        np.maximum(rho, F32(1.0), out=rho, where=hi)
+    return p, rho

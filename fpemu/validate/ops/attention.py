@@ -46,11 +46,11 @@ from fpemu.validate.ops._attention_bound import (
     W32,
     colsum,
     const,
-    expm1_up,
     f32abs,
     finish,
     mag_mm,
     nan_to_inf,
+    probs,
     rowmax,
     widen,
 )
@@ -69,7 +69,6 @@ _EXP_U10 = 2.0**-23  # Sleef u10 / libm exp: 1 ulp
 # Measured: bf16/fp16 logsumexp errs by ~6e-5 relative (beyond exp_u20's 20 ulp), so the
 # bf16/fp16 kernels use this exp (forward and, conservatively, backward).
 _FEXP = 1.0704e-4 + 2.0**-17 + 2.0**-23 + 2.0**-21
-_LN_FLT_MIN = 87.33  # exp_u20 returns 0 below ln(FLT_MIN) = -87.3365
 _SLACK = 1.0 + 2.0**-20
 # float32 underflow: every operation may add an absolute error of half the smallest subnormal
 _UFL = 2.0**-150
@@ -132,47 +131,11 @@ def _scores(call: Call, q: np.ndarray, k: np.ndarray, causal: bool, *,
     return s, e_s, scale, masked, a if a.shape == s.shape else None
 
 
-def _probs(s: np.ndarray, shift: np.ndarray, e_s: np.ndarray, masked: np.ndarray,
-           exp_err: float, arg_roundings: int = 1,
-           buf: np.ndarray | None = None) -> tuple[Any, ...]:  # fmt: skip
-    """p = exp(s - shift) (float64) and rho (float32), the relative error of the kernel's p
-    against it: the error of s (e_s, its row max for the shift), the rounding of s - shift
-    (u |s - shift|), the exp's own error: rho = expm1((1 + r) u reach + e_s)(1 + err) + err
-    with reach = |s - shift| + e_s + max e_s; rho >= 1 where the argument can fall below
-    ln(FLT_MIN) (flushed to 0, or subnormal). ``arg_roundings`` (r): how many float32 roundings
-    of the argument (relative u each) the exp itself adds (fexp_u20: 3). Masked keys get p = 0
-    (their rho is finite, and every use of rho is multiplied by p). ``s`` is consumed (its
-    buffer becomes p: fewer fresh pages); ``buf``: a float32 scratch of s's shape, or None."""
-    with np.errstate(invalid="ignore", over="ignore"):
-        t = np.subtract(s, shift, out=s)
-        reach = t.astype(F32) if buf is None else buf
-        if buf is not None:
-            np.copyto(buf, t, casting="same_kind")
-        p = np.exp(t, out=t)  # exp(-inf) = 0 for masked keys
-    np.abs(reach, out=reach)
-    np.copyto(reach, F32(0.0), where=masked)
-    reach += e_s
-    # max e_s of the row; the whole array's instead where that moves rho by < 2^-20 relative
-    # (rho >= err): one pass fewer
-    c = (1 + arg_roundings) * U32
-    e_g = float(e_s.max()) if e_s.size else 0.0
-    reach += const(e_g) if c * e_g <= 2.0**-20 * exp_err else rowmax(e_s)
-    # the true reach is at most W32 reach (plus < 2^-140): compare with the threshold lowered
-    thr = F32((_LN_FLT_MIN - 1.0) / W32 * 0.999)
-    hi = reach > thr if reach.size and not reach.max() <= thr else None  # NaN: compare
-    y = np.multiply(reach, const(c), out=reach)
-    y += e_s
-    rho = expm1_up(y, exp_err)
-    if hi is not None:  # else no element can reach the threshold
-        np.maximum(rho, F32(1.0), out=rho, where=hi)
-    return p, rho
-
-
 def _forward_bound(call: Call) -> tuple[Any, ...]:
     """Center and bound of out and logsumexp.
 
     With p_j = exp(s_j - m) (m the exact row max; the ratio below does not depend on the
-    shift) and rho_j from :func:`_probs` (times ((1+2^-23)(1+u)^2 exp(u R))^(B-1) for the
+    shift) and rho_j from :func:`.probs` (times ((1+2^-23)(1+u)^2 exp(u R))^(B-1) for the
     B-1 rescalings of B kv blocks, R the row's score range), the kernel's sum S~ and numerator
     N~ = sum_j lowround(p~_j) v_j satisfy |S~ - S| <= ES = sum p rho + g_{Lk+2B} sum p (1+rho)
     and |N~ - N| <= EN = sum |v| (p rho + u_low p (1+rho) + tiny) + g_{Lk+B} sum |v| p (1+rho)
@@ -204,7 +167,7 @@ def _forward_bound(call: Call) -> tuple[Any, ...]:
     low = name != "float32"
     emax = float(e_s.max()) * W32 + 2.0**-140 if e_s.size else 0.0
     span = m - np.min(np.where(finite, s, m), axis=-1, keepdims=True) if blocks > 1 else m
-    p, rho = _probs(s, m, e_s, masked, _FEXP if low else _EXP_U20, 3 if low else 1, buf)
+    p, rho = probs(s, m, e_s, masked, _FEXP if low else _EXP_U20, 3 if low else 1, buf)
     if blocks > 1:
         r_blk = (1 + 2.0**-23) * (1 + U32) ** 2 * np.exp(U32 * (span + 2 * emax))
         # rho' = (1 + rho) r - 1 = rho r + (r - 1); r and r - 1 rounded up as float32
@@ -306,7 +269,7 @@ def flash_attention_backward(call: Call) -> list[Out | None]:
     """``(grad_out, query, key, value, out, logsumexp, dropout_p, is_causal, *, attn_mask,
     scale) -> (grad_query, grad_key, grad_value)``, bounded.
 
-    P = exp(s - lse) with the given lse, rho its relative error (:func:`_probs`, 1-ulp exp),
+    P = exp(s - lse) with the given lse, rho its relative error (:func:`.probs`, 1-ulp exp),
     P' = P(1+rho') with rho' = (1+rho)(1+u_low)-1 (+tiny). dV = P'^T dO: E = sum P rho' |dO| +
     g_{Lq+2} sum P(1+rho')|dO|, plus g_{Bq}(u_low) of that magnitude for the per-q-block
     accumulation in a low format. dP = dO v^T (e <= g_D sum|dO||v|), D = rowsum(dO*out)
@@ -338,7 +301,7 @@ def flash_attention_backward(call: Call) -> list[Out | None]:
     bq = -(-lq // _q_block(lq))
     bk = -(-lk // _KV_BLOCK)
     low = name != "float32"
-    p, rho = _probs(s, lse, e_s, masked, _FEXP if low else _EXP_U10, 3 if low else 1, buf)
+    p, rho = probs(s, lse, e_s, masked, _FEXP if low else _EXP_U10, 3 if low else 1, buf)
     finite = ~masked
     p32 = e_s  # e_s is dead: its buffer takes p as float32
     np.copyto(p32, p, casting="same_kind")
