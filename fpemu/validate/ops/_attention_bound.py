@@ -138,7 +138,7 @@ def finish(c: np.ndarray, factor: float, add: float) -> np.ndarray:
     """A float32-computed GEMM of bound weights as the float64 bound ``c factor + add``
     (``factor`` includes W32), NaN made infinite; float64 roundings of the constants here
     (2^-53 relative each) are far inside the callers' 2^-20 widening."""
-    e = np.multiply(c, factor, dtype=np.float64)
+    e = np.asarray(np.multiply(c, factor, dtype=np.float64))
     e += add
     if np.isnan(e.sum()):  # non-negative: the sum is NaN only if an element is
         nan_to_inf(e)
