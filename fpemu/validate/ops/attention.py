@@ -121,12 +121,15 @@ def _scores(call: Call, q: np.ndarray, k: np.ndarray, causal: bool, *,
             s += mk
             if e_s is not None:
                 e_s += np.abs(mk).astype(F32) * const(g2 * (1 + g2))
-    if causal:
-        lq, lk = s.shape[-2], s.shape[-1]
-        np.copyto(s, -np.inf, where=np.triu(np.ones((lq, lk), bool), 1))
+    tri = np.triu(np.ones(s.shape[-2:], bool), 1) if causal else None
+    if tri is not None:
+        np.copyto(s, -np.inf, where=tri)
     if e_s is None:
         return s, None, scale, None, None
-    masked = np.isneginf(s)
+    # the masked keys: the causal pattern alone (broadcast) where nothing else can make s -inf
+    # (no mask, finite q and k: a float64 s of float32 products does not overflow)
+    plain = tri is not None and mask is None and np.isfinite(q).all() and np.isfinite(k).all()
+    masked = tri if plain else np.isneginf(s)
     np.copyto(e_s, F32(0.0), where=masked)
     return s, e_s, scale, masked, a if a.shape == s.shape else None
 
