@@ -45,6 +45,7 @@ underflows lost)``:
 from __future__ import annotations
 
 import math
+import threading
 from typing import Any
 
 import numpy as np
@@ -67,6 +68,8 @@ __all__ = [
 ]
 
 ETA = 2.0**-150
+_POOL = threading.local()
+_POOL_MAX = 64 << 20
 _LN_FLT_MIN = 87.33  # exp_u20 returns 0 below ln(FLT_MIN) = -87.3365
 #: widening of every float32-computed bound: 178 roundings (see the module docstring)
 W32 = float(grow(178))
@@ -82,34 +85,59 @@ def const(c: float) -> np.float32:
     return r if float(r) >= c else np.nextafter(r, np.float32(np.inf))
 
 
-def mag_mm(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def scratch(slot: str, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+    """An uninitialised array for an internal temporary of the watch path, kept per thread
+    and reused by the next call of the same shape: a fresh megabyte array costs its page
+    faults (~0.5 ms here), more than the pass that fills it. At most 64 MiB are kept; every
+    use overwrites the whole array before reading it, and no scratch array is returned."""
+    pool: dict[Any, np.ndarray] | None = getattr(_POOL, "arrays", None)
+    if pool is None:
+        pool = _POOL.arrays = {}
+    key = (slot, tuple(shape), np.dtype(dtype).str)
+    a = pool.get(key)
+    if a is None:
+        a = np.empty(shape, dtype)
+        if sum(x.nbytes for x in pool.values()) + a.nbytes > _POOL_MAX:
+            pool.clear()  # another shape: drop the old set
+        if a.nbytes <= _POOL_MAX:
+            pool[key] = a
+    return a
+
+
+def mag_mm(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """``a @ b`` of non-negative arrays for a bound: float32 for an inner dimension up to 64,
-    float64 beyond (the rounding count of the module docstring holds either way)."""
+    float64 beyond (the rounding count of the module docstring holds either way); into the
+    float32 ``out`` if given."""
     if a.shape[-1] <= _MM32_MAX:
-        return np.asarray(np.matmul(a.astype(F32, copy=False), b.astype(F32, copy=False)))
-    return np.asarray(np.matmul(np.asarray(a, np.float64), np.asarray(b, np.float64)))
+        a32, b32 = a.astype(F32, copy=False), b.astype(F32, copy=False)
+        return np.asarray(np.matmul(a32, b32, out=out))
+    r = np.asarray(np.matmul(np.asarray(a, np.float64), np.asarray(b, np.float64)))
+    if out is None:
+        return r
+    np.copyto(out, r, casting="same_kind")  # one more rounding, counted in the 48
+    return out
 
 
-def expm1_up(y: np.ndarray, err: float = 0.0) -> np.ndarray:
+def expm1_up(y: np.ndarray, err: float = 0.0, out: np.ndarray | None = None) -> np.ndarray:
     """An upper bound on expm1(y) (1 + err) + err for y >= 0, float32: the Taylor bound
     expm1(y) <= y (1 + y (1/2 + y e^Y / 6)) for max y <= Y = 2^-4, with y e^Y / 6 taken at
     max y when that is <= 2^-9 (looser by < 2^-20 relative, two passes fewer), else float64
-    expm1 rounded up to float32."""
+    expm1 rounded up to float32. ``out``: a float32 array for the result (not ``y``)."""
     ymax = float(y.max()) if y.size else 0.0
     if not ymax <= _Y_POLY:  # NaN included
         r = (np.expm1(np.asarray(y, np.float64)) * (1 + err) + err).astype(F32)
         return np.asarray(r * const(1 + 2.0**-23), F32)
     if ymax <= 2.0**-9:
-        t = y * const((0.5 + ymax * _C3) * (1 + err))
+        t = np.multiply(y, const((0.5 + ymax * _C3) * (1 + err)), out=out)
     else:
-        t = y * const(_C3)
+        t = np.multiply(y, const(_C3), out=out)
         t += F32(0.5)
         t *= y
         t *= const(1 + err)
     t += const(1 + err)
     t *= y
     t += const(err)
-    return t
+    return np.asarray(t)
 
 
 def rowmax(a: np.ndarray) -> np.ndarray:
@@ -175,9 +203,8 @@ def probs(s: np.ndarray, shift: np.ndarray, e_s: np.ndarray, masked: np.ndarray,
     buffer becomes p: fewer fresh pages); ``buf``: a float32 scratch of s's shape, or None."""
     with np.errstate(invalid="ignore", over="ignore"):
         t = np.subtract(s, shift, out=s)
-        reach = t.astype(F32) if buf is None else buf
-        if buf is not None:
-            np.copyto(buf, t, casting="same_kind")
+        reach = scratch("reach", t.shape, F32) if buf is None else buf
+        np.copyto(reach, t, casting="same_kind")
         p = np.exp(t, out=t)  # exp(-inf) = 0 for masked keys
     np.abs(reach, out=reach)
     np.copyto(reach, F32(0.0), where=masked)
@@ -192,7 +219,7 @@ def probs(s: np.ndarray, shift: np.ndarray, e_s: np.ndarray, masked: np.ndarray,
     hi = reach > thr if reach.size and not reach.max() <= thr else None  # NaN: compare
     y = np.multiply(reach, const(c), out=reach)
     y += e_s
-    rho = expm1_up(y, exp_err)
+    rho = expm1_up(y, exp_err, scratch("rho", y.shape, F32))
     if hi is not None:  # else no element can reach the threshold
         np.maximum(rho, F32(1.0), out=rho, where=hi)
     return p, rho

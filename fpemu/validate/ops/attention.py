@@ -52,6 +52,7 @@ from fpemu.validate.ops._attention_bound import (
     nan_to_inf,
     probs,
     rowmax,
+    scratch,
     widen,
 )
 from fpemu.validate.ops._fma import U32, gamma
@@ -79,9 +80,22 @@ _UNIT = {"bfloat16": 2.0**-8, "float16": 2.0**-11, "float32": 0.0}
 _TINY = {"bfloat16": 2.0**-126, "float16": 2.0**-14, "float32": 0.0}
 
 
-def _mm(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Batched matmul on contiguous operands (numpy falls back to a slow loop otherwise)."""
-    return np.asarray(np.matmul(np.ascontiguousarray(a), np.ascontiguousarray(b)))
+def _mm(a: np.ndarray, b: np.ndarray, slot: str = "", out: bool = False) -> np.ndarray:
+    """Batched matmul on contiguous operands (numpy falls back to a slow loop otherwise).
+    With ``slot`` (watch path) the operand copies, and with ``out`` the result, go to scratch
+    arrays (:func:`._attention_bound.scratch`): the same values, fewer fresh pages."""
+    if not slot:
+        return np.asarray(np.matmul(np.ascontiguousarray(a), np.ascontiguousarray(b)))
+    ops = []
+    for x, name in ((a, "a"), (b, "b")):
+        if not x.flags.c_contiguous:
+            c = scratch(slot + name, x.shape, x.dtype)
+            np.copyto(c, x)
+            x = c
+        ops.append(x)
+    shape = (*np.broadcast_shapes(a.shape[:-2], b.shape[:-2]), a.shape[-2], b.shape[-1])
+    o = scratch(slot + "o", shape, np.result_type(a, b)) if out else None
+    return np.asarray(np.matmul(ops[0], ops[1], out=o))
 
 
 def _q_block(lq: int) -> int:
@@ -98,7 +112,7 @@ def _scores(call: Call, q: np.ndarray, k: np.ndarray, causal: bool, *,
     d = q.shape[-1]
     sc = call.kwargs.get("scale")
     scale = float(np.float32(1.0 / math.sqrt(d) if sc is None else sc))
-    s = _mm(q, np.swapaxes(k, -1, -2))
+    s = _mm(q, np.swapaxes(k, -1, -2), "s" if bound else "", out=bound)
     mask = call.kwargs.get("attn_mask")
     e_s = None
     g2 = float(gamma(2))
@@ -106,9 +120,10 @@ def _scores(call: Call, q: np.ndarray, k: np.ndarray, causal: bool, *,
         s *= scale
         if bound:
             aq, akt = q.astype(F32), np.swapaxes(k, -1, -2).astype(F32)  # exact: <= float32
-            e_s = mag_mm(np.abs(aq, out=aq), np.abs(akt, out=akt)).astype(F32, copy=False)
+            e_s = mag_mm(np.abs(aq, out=aq), np.abs(akt, out=akt), scratch("es", s.shape, F32))
             e_s *= const(float(gamma(d)) * scale * (1 + g2))
-            a = s.astype(F32)
+            a = scratch("a", s.shape, F32)
+            np.copyto(a, s, casting="same_kind")
             np.abs(a, out=a)
             a *= const(g2 * (1 + g2))
             e_s += a
@@ -179,7 +194,7 @@ def _forward_bound(call: Call) -> tuple[Any, ...]:
         rho += ((r - 1) * (1 + 2.0**-22)).astype(F32)
     u_low, tiny = _UNIT[name], _TINY[name]
     S = p.sum(-1, keepdims=True)
-    N = _mm(p, v)
+    N = _mm(p, v, "N")  # o: fresh
     r_max = float(rho.max(initial=0.0))
     p32 = e_s  # e_s is dead: its buffer takes p as float32 (its shape is s's)
     np.copyto(p32, p, casting="same_kind")
@@ -309,13 +324,13 @@ def flash_attention_backward(call: Call) -> list[Out | None]:
     p32 = e_s  # e_s is dead: its buffer takes p as float32
     np.copyto(p32, p, casting="same_kind")
     agt, av, aq, ak = (f32abs(x) for x in (go, v, q, k))
-    dv = _mm(np.swapaxes(p, -1, -2), go)
+    dv = _mm(np.swapaxes(p, -1, -2), go, "dv")  # a center: fresh
     # e_dv = E + g M, then + g' (M + e_dv), E = sum (p rho1 + tiny)|dO|, M = sum (p (1 + rho1) +
     # tiny)|dO|, rho1 = (1 + rho)(1 + u_low) - 1: one GEMM of (c1 + c2)(p rho1 + tiny) + c2 p
     # = p (a rho + b) + (c1 + c2) tiny; likewise dQ, dK
     g, g_ = float(gamma(lq + 2)), float(gamma(bq, u_low)) if u_low else 0.0
     c1, c2 = 1 + g_, g * (1 + g_) + g_
-    w = rho * const((c1 + c2) * (1 + u_low))
+    w = np.multiply(rho, const((c1 + c2) * (1 + u_low)), out=scratch("w", rho.shape, F32))
     w += const((c1 + c2) * u_low + c2)
     w *= p32
     if tiny:
@@ -327,11 +342,12 @@ def flash_attention_backward(call: Call) -> list[Out | None]:
     fl_v = fl_v * colsum(agt) + lq * ETA  # times |dO| summed over the queries, per column
     add = (W32 * fl_v + (lq + 4) * _UFL + tiny) * _SLACK  # tiny: a flushed subnormal
     e_dv = finish(mag_mm(np.swapaxes(w, -1, -2), agt), W32 * _SLACK, add)
-    dp = _mm(go, np.swapaxes(v, -1, -2))
+    dp = _mm(go, np.swapaxes(v, -1, -2), "dp", out=True)
     gout = go * out
     dd = gout.sum(-1, keepdims=True)
     diff = np.subtract(dp, dd, out=dp)
-    ad = diff.astype(F32)
+    ad = scratch("ad", diff.shape, F32)
+    np.copyto(ad, diff, casting="same_kind")
     ds = np.multiply(p, diff, out=diff)  # diff is consumed (|diff| kept in float32)
     # e_ds = (p rho |dP - D| + p (1 + rho)(e_dp + e_d))(1 + g2) + g2 p (1 + rho) |dP - D|, then
     # (1 + u_low) e_ds + u_low |dS| (+ tiny + 4 half-subnormals) with |dS| = p |dP - D|:
@@ -340,7 +356,7 @@ def flash_attention_backward(call: Call) -> list[Out | None]:
     g2 = float(gamma(2))
     a1, a0, a2 = (1 + 2 * g2) * (1 + u_low), g2 * (1 + u_low) + u_low, (1 + g2) * (1 + u_low)
     e_d = gamma(d + 1) * np.abs(gout, out=gout).sum(-1, keepdims=True)
-    ee = mag_mm(agt, np.ascontiguousarray(np.swapaxes(av, -1, -2))).astype(F32, copy=False)
+    ee = mag_mm(agt, np.ascontiguousarray(np.swapaxes(av, -1, -2)), scratch("ee", ad.shape, F32))
     ee *= const(float(gamma(d)) * a2)
     ee += (e_d * a2 * (1 + 2.0**-22)).astype(F32)  # rounded up (the cast and its product)
     np.abs(ad, out=ad)
@@ -375,8 +391,8 @@ def flash_attention_backward(call: Call) -> list[Out | None]:
         add = (scale * W32 * fl + (n_sum + 4) * _UFL + tiny) * _SLACK
         out_e.append(finish(mm, scale * W32 * _SLACK, add))
     e_dq, e_dk = out_e
-    dq = scale * _mm(ds, k)
-    dk = scale * _mm(np.swapaxes(ds, -1, -2), q)
+    dq = scale * _mm(ds, k, "dq", out=True)
+    dk = scale * _mm(np.swapaxes(ds, -1, -2), q, "dk", out=True)
     return [bounded(to(dq, names[0]), e_dq, _REASON_B, center=dq),
             bounded(to(dk, names[1]), e_dk, _REASON_B, center=dk),
             bounded(to(dv, names[2]), e_dv, _REASON_B, center=dv)]  # fmt: skip
