@@ -19,7 +19,7 @@ derivation is in :func:`_forward_bound` and :func:`flash_attention_backward`. Th
 centers carry their own error (at most ~2^-50 of the magnitudes each bound term carries with a
 coefficient >= 2^-24); every bound is widened by a factor (1 + 2^-20) to cover it.
 The bound arrays themselves are computed in float32 (watch only; the emulate path computes the
-centers alone): widened by W32 <= 1 + 2^-16.5 plus float32 underflow floors, derivation in
+centers alone): widened by W32 <= 1 + 2^-16.4 plus float32 underflow floors, derivation in
 :mod:`._attention_bound`.
 
 >>> import numpy as np
