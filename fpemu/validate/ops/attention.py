@@ -34,6 +34,7 @@ centers alone): widened by W32 <= 1 + 2^-16.4 plus float32 underflow floors, der
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -98,6 +99,14 @@ def _mm(a: np.ndarray, b: np.ndarray, slot: str = "", out: bool = False) -> np.n
     return np.asarray(np.matmul(ops[0], ops[1], out=o))
 
 
+@functools.lru_cache(maxsize=16)
+def _causal(lq: int, lk: int) -> np.ndarray:
+    """The causal mask's masked keys (above the diagonal), read-only, cached per shape."""
+    t = np.triu(np.ones((lq, lk), bool), 1)
+    t.flags.writeable = False
+    return t
+
+
 def _q_block(lq: int) -> int:
     return 256 if lq >= 768 else 64 if lq >= 192 else 32
 
@@ -136,7 +145,7 @@ def _scores(call: Call, q: np.ndarray, k: np.ndarray, causal: bool, *,
             s += mk
             if e_s is not None:
                 e_s += np.abs(mk).astype(F32) * const(g2 * (1 + g2))
-    tri = np.triu(np.ones(s.shape[-2:], bool), 1) if causal else None
+    tri = _causal(s.shape[-2], s.shape[-1]) if causal else None
     if tri is not None:
         np.copyto(s, -np.inf, where=tri)
     if e_s is None:
