@@ -4,6 +4,8 @@ derived bound, on random and adversarial inputs, and a fault beyond the bound is
 from __future__ import annotations
 
 import dataclasses
+from decimal import Decimal, getcontext
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -11,6 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from fpemu.validate.ops import Call, Out, lookup, names  # noqa: E402
+from fpemu.validate.ops._attention_bound import const, expm1_up, rowmax  # noqa: E402
 from fpemu.validate.ops._num import fmt as _fmt  # noqa: E402
 from fpemu.validate.ops._num import ulp  # noqa: E402
 from fpemu.validate.watch.convert import to_numpy  # noqa: E402
@@ -170,3 +173,53 @@ def test_emulate_value_is_the_watch_center(dt: torch.dtype, case: tuple) -> None
             assert w is not None and e is not None and np.isinf(e.err).all()
             assert w.value.dtype == e.value.dtype
             assert (w.value.view(np.uint8) == e.value.view(np.uint8)).all()
+
+
+def test_expm1_up_bounds_expm1_from_above() -> None:
+    """The float32 expm1 bound of the watch path, widened by its own 11 float32 roundings
+    (counted in the module's W32), is >= expm1(y)(1 + err) + err evaluated exactly (Decimal at
+    60 digits), on each branch: max y <= 2^-9 (coefficient at max y), <= 2^-6 (Taylor), beyond
+    (float64 expm1 of the argument widened by (1 + 2^-24)^81 < 1 + 2^-17), mixed arrays too;
+    and not looser than that widening plus 2^-19."""
+    getcontext().prec = 60
+    grids = [
+        [0.0, 1e-12, 1e-7, 3e-5, 2.0**-10, 2.0**-9],
+        [1e-6, 2.0**-9 * 1.01, 0.005, 0.01, 2.0**-6],
+        [1e-6, 0.0157, 0.0625, 0.3, 2.0, 30.0, 80.0],
+    ]
+    for grid, widened in zip(grids, (False, False, True), strict=True):
+        y = np.float32(grid)
+        for err in (0.0, 2.0**-23, 1.2e-4):
+            got = expm1_up(y.copy(), err)
+            d_err = Decimal(err)
+            for yi, gi in zip(y.tolist(), got.tolist(), strict=True):
+                exact = (Decimal(yi).exp() - 1) * (1 + d_err) + d_err
+                assert Decimal(gi) * Decimal((1 + 2.0**-24) ** 11) >= exact, (yi, err, gi)
+                arg = Decimal(yi) * Decimal(1 + 2.0**-17) if widened else Decimal(yi)
+                upper = ((arg.exp() - 1) * (1 + d_err) + d_err) * Decimal(1 + 2.0**-19)
+                assert Decimal(gi) <= upper + Decimal(2.0**-140), (yi, err, gi)
+
+
+def test_rowmax_equals_numpy_max() -> None:
+    """Row maxima by halving give numpy's max bit for bit (odd lengths, -inf rows, NaN)."""
+    rng = np.random.default_rng(7)
+    for n in (1, 2, 3, 5, 7, 9, 64, 65):
+        for dt in (np.float32, np.float64):
+            a = rng.standard_normal((3, 4, n)).astype(dt)
+            a[0, 1] = -np.inf
+            a[2, 3, n // 2] = np.nan
+            want = np.max(a, axis=-1, keepdims=True)
+            got = rowmax(a)
+            assert got.shape == want.shape
+            assert (got.view(np.uint8) == want.view(np.uint8)).all() or (
+                np.array_equal(got, want, equal_nan=True)
+            )
+
+
+def test_float32_constants_round_up() -> None:
+    """A bound's constant as float32 never undercuts the float64 one, and is the nearest such."""
+    for c in (1 / 3, 2.0**-24 * 5, 1 + 2.0**-30, 0.1, 2.0**-126 + 2.0**-148, 1.0):
+        f = const(c)
+        assert f.dtype == np.float32 and Fraction(float(f)) >= Fraction(c)
+        below = np.nextafter(f, np.float32(0))
+        assert Fraction(float(below)) < Fraction(c)

@@ -18,6 +18,9 @@ GEMM summation orders (MKL/oneDNN) are not specified, so every output is bounded
 derivation is in :func:`_forward_bound` and :func:`flash_attention_backward`. The float64
 centers carry their own error (at most ~2^-50 of the magnitudes each bound term carries with a
 coefficient >= 2^-24); every bound is widened by a factor (1 + 2^-20) to cover it.
+The bound arrays themselves are computed in float32 (watch only; the emulate path computes the
+centers alone): widened by W32 <= 1 + 2^-16.4 plus float32 underflow floors, derivation in
+:mod:`._attention_bound`.
 
 >>> import numpy as np
 >>> from fpemu.validate.ops import Call, lookup
@@ -31,12 +34,28 @@ coefficient >= 2^-24); every bound is widened by a factor (1 + 2^-20) to cover i
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
 import numpy as np
 
 from fpemu.validate.ops import Call, Out, bounded, register
+from fpemu.validate.ops._attention_bound import (
+    ETA,
+    F32,
+    W32,
+    colsum,
+    const,
+    f32abs,
+    finish,
+    mag_mm,
+    nan_to_inf,
+    probs,
+    rowmax,
+    scratch,
+    widen,
+)
 from fpemu.validate.ops._fma import U32, gamma
 from fpemu.validate.ops._num import to
 
@@ -52,7 +71,6 @@ _EXP_U10 = 2.0**-23  # Sleef u10 / libm exp: 1 ulp
 # Measured: bf16/fp16 logsumexp errs by ~6e-5 relative (beyond exp_u20's 20 ulp), so the
 # bf16/fp16 kernels use this exp (forward and, conservatively, backward).
 _FEXP = 1.0704e-4 + 2.0**-17 + 2.0**-23 + 2.0**-21
-_LN_FLT_MIN = 87.33  # exp_u20 returns 0 below ln(FLT_MIN) = -87.3365
 _SLACK = 1.0 + 2.0**-20
 # float32 underflow: every operation may add an absolute error of half the smallest subnormal
 _UFL = 2.0**-150
@@ -63,9 +81,30 @@ _UNIT = {"bfloat16": 2.0**-8, "float16": 2.0**-11, "float32": 0.0}
 _TINY = {"bfloat16": 2.0**-126, "float16": 2.0**-14, "float32": 0.0}
 
 
-def _mm(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Batched matmul on contiguous operands (numpy falls back to a slow loop otherwise)."""
-    return np.asarray(np.matmul(np.ascontiguousarray(a), np.ascontiguousarray(b)))
+def _mm(a: np.ndarray, b: np.ndarray, slot: str = "", out: bool = False) -> np.ndarray:
+    """Batched matmul on contiguous operands (numpy falls back to a slow loop otherwise).
+    With ``slot`` (watch path) the operand copies, and with ``out`` the result, go to scratch
+    arrays (:func:`._attention_bound.scratch`): the same values, fewer fresh pages."""
+    if not slot:
+        return np.asarray(np.matmul(np.ascontiguousarray(a), np.ascontiguousarray(b)))
+    ops = []
+    for x, name in ((a, "a"), (b, "b")):
+        if not x.flags.c_contiguous:
+            c = scratch(slot + name, x.shape, x.dtype)
+            np.copyto(c, x)
+            x = c
+        ops.append(x)
+    shape = (*np.broadcast_shapes(a.shape[:-2], b.shape[:-2]), a.shape[-2], b.shape[-1])
+    o = scratch(slot + "o", shape, np.result_type(a, b)) if out else None
+    return np.asarray(np.matmul(ops[0], ops[1], out=o))
+
+
+@functools.lru_cache(maxsize=16)
+def _causal(lq: int, lk: int) -> np.ndarray:
+    """The causal mask's masked keys (above the diagonal), read-only, cached per shape."""
+    t = np.triu(np.ones((lq, lk), bool), 1)
+    t.flags.writeable = False
+    return t
 
 
 def _q_block(lq: int) -> int:
@@ -74,21 +113,29 @@ def _q_block(lq: int) -> int:
 
 def _scores(call: Call, q: np.ndarray, k: np.ndarray, causal: bool, *,
             bound: bool = True) -> tuple[Any, ...]:  # fmt: skip
-    """Exact scores s = scale*(q k^T) + mask in float64 with the kernel's float32 scale, and
-    e_s: a bound on the kernel's float32 s (GEMM of D products, the scale, the mask add); both
-    0 / -inf where the key is masked out (causal or a -inf mask). In-place to save passes.
-    Without ``bound`` (emulate: the value only), e_s is None."""
+    """Exact scores s = scale*(q k^T) + mask in float64 with the kernel's float32 scale (-inf
+    where the key is masked out: causal or a -inf mask), the masked keys, and e_s: a bound on
+    the kernel's float32 s (GEMM of D products, the scale, the mask add), (g_D scale |q||k|^T +
+    g_2 |s| + g_2 |mask|)(1 + g_2), in float32 (:mod:`._attention_bound`; 0 where masked).
+    Without ``bound`` (emulate: the value only), e_s and the masked keys are None."""
     d = q.shape[-1]
     sc = call.kwargs.get("scale")
     scale = float(np.float32(1.0 / math.sqrt(d) if sc is None else sc))
-    s = _mm(q, np.swapaxes(k, -1, -2))
-    e_s = _mm(np.abs(q), np.swapaxes(np.abs(k), -1, -2)) if bound else None
+    s = _mm(q, np.swapaxes(k, -1, -2), "s" if bound else "", out=bound)
     mask = call.kwargs.get("attn_mask")
+    e_s = None
+    g2 = float(gamma(2))
     with np.errstate(invalid="ignore", over="ignore"):
         s *= scale
-        if e_s is not None:
-            e_s *= gamma(d) * scale
-            e_s += gamma(2) * np.abs(s)
+        if bound:
+            aq, akt = q.astype(F32), np.swapaxes(k, -1, -2).astype(F32)  # exact: <= float32
+            e_s = mag_mm(np.abs(aq, out=aq), np.abs(akt, out=akt), scratch("es", s.shape, F32))
+            e_s *= const(float(gamma(d)) * scale * (1 + g2))
+            a = scratch("a", s.shape, F32)
+            np.copyto(a, s, casting="same_kind")
+            np.abs(a, out=a)
+            a *= const(g2 * (1 + g2))
+            e_s += a
         if mask is not None:
             mk = np.asarray(mask, np.float64)
             shape = np.broadcast_shapes(s.shape, mk.shape)
@@ -97,64 +144,45 @@ def _scores(call: Call, q: np.ndarray, k: np.ndarray, causal: bool, *,
                 e_s = None if e_s is None else np.broadcast_to(e_s, shape).copy()
             s += mk
             if e_s is not None:
-                e_s += gamma(2) * np.abs(mk)
-        if e_s is not None:
-            e_s *= 1 + gamma(2)
-    if causal:
-        lq, lk = s.shape[-2], s.shape[-1]
-        np.copyto(s, -np.inf, where=np.triu(np.ones((lq, lk), bool), 1))
-    if e_s is not None:
-        np.copyto(e_s, 0.0, where=np.isneginf(s))
-    return s, e_s, scale
-
-
-def _probs(s: np.ndarray, shift: np.ndarray, e_s: np.ndarray, exp_err: float,
-           arg_roundings: int = 1) -> tuple[Any, ...]:  # fmt: skip
-    """p = exp(s - shift) and rho, the relative error of the kernel's p against it: the error of
-    s (e_s), the rounding of s - shift (u |s - shift|), the exp's own error; rho = 1 where the
-    argument can fall below ln(FLT_MIN) (flushed to 0, or subnormal). ``arg_roundings``: how many
-    float32 roundings of the argument (relative u each) the exp itself adds (fexp_u20: 3).
-    Masked keys (s = -inf) get p = 0 and rho = 0."""
-    with np.errstate(invalid="ignore", over="ignore"):
-        t = s - shift
-        p = np.exp(t)  # exp(-inf) = 0 for masked keys
-        reach = np.abs(t)
-        reach += e_s
-        reach += np.max(e_s, axis=-1, keepdims=True)
-        rho = reach * ((1 + arg_roundings) * U32)
-        rho += e_s
-        np.expm1(rho, out=rho)
-        rho *= 1 + exp_err
-        rho += exp_err
-    np.copyto(rho, np.maximum(rho, 1.0), where=reach > _LN_FLT_MIN - 1.0)
-    # masked keys, and exact underflow where even the perturbed argument stays below -150 (the
-    # kernel's float32 p is then 0 as well): both sides contribute exactly 0
-    np.copyto(rho, 0.0, where=np.isneginf(s) | ((p == 0.0) & (t + 2 * e_s.max() < -150.0)))
-    return p, rho
+                e_s += np.abs(mk).astype(F32) * const(g2 * (1 + g2))
+    tri = _causal(s.shape[-2], s.shape[-1]) if causal else None
+    if tri is not None:
+        np.copyto(s, -np.inf, where=tri)
+    if e_s is None:
+        return s, None, scale, None, None
+    # the masked keys: the causal pattern alone (broadcast) where nothing else can make s -inf
+    # (no mask, finite q and k: a float64 s of float32 products does not overflow)
+    plain = tri is not None and mask is None and np.isfinite(q).all() and np.isfinite(k).all()
+    masked = tri if plain else np.isneginf(s)
+    np.copyto(e_s, F32(0.0), where=masked)
+    return s, e_s, scale, masked, a if a.shape == s.shape else None
 
 
 def _forward_bound(call: Call) -> tuple[Any, ...]:
     """Center and bound of out and logsumexp.
 
     With p_j = exp(s_j - m) (m the exact row max; the ratio below does not depend on the
-    shift) and rho_j from :func:`_probs` (times ((1+2^-23)(1+u)^2 exp(u R))^(B-1) for the
+    shift) and rho_j from :func:`.probs` (times ((1+2^-23)(1+u)^2 exp(u R))^(B-1) for the
     B-1 rescalings of B kv blocks, R the row's score range), the kernel's sum S~ and numerator
     N~ = sum_j lowround(p~_j) v_j satisfy |S~ - S| <= ES = sum p rho + g_{Lk+2B} sum p (1+rho)
     and |N~ - N| <= EN = sum |v| (p rho + u_low p (1+rho) + tiny) + g_{Lk+B} sum |v| p (1+rho)
     (1+u_low); so |N~/S~ - N/S| <= (EN + |o| ES) / (S - ES), plus g_2 for ``dst * (1/sum)``.
-    logsumexp: |lse~ - lse| <= -log(1 - ES/S) + 2^-23 |log S| + u |lse|.
+    logsumexp: |lse~ - lse| <= -log(1 - ES/S) + 2^-23 |log S| + u |lse|. ES = (1 + g) sum p rho
+    + g S; sum p rho and the weights of EN's GEMM are float32 (widened by W32, plus the
+    underflow floors of :mod:`._attention_bound`).
     """
     q, k, v = (
-        np.asarray(call.arg(i, n), np.float64) for i, n in enumerate(("query", "key", "value"))
+        np.ascontiguousarray(call.arg(i, n), np.float64)  # contiguous: _mm copies nothing
+        for i, n in enumerate(("query", "key", "value"))
     )
     causal = bool(call.arg(4, "is_causal", False))
     name = call.out_dtypes[0]
-    s, e_s, _ = _scores(call, q, k, causal, bound=call.model is None)
+    s, e_s, _, masked, buf = _scores(call, q, k, causal, bound=call.model is None)
     lk = s.shape[-1]
     blocks = -(-lk // _KV_BLOCK)
-    finite = ~np.isneginf(s)
+    finite = ~np.isneginf(s) if masked is None else ~masked
     empty = ~finite.any(axis=-1, keepdims=True)  # fully masked rows: out 0, lse 0 (kernel)
-    m = np.where(empty, 0.0, np.max(s, axis=-1, keepdims=True))  # s is -inf where masked
+    m = np.where(empty, 0.0, rowmax(s))  # s is -inf where masked (rowmax: the same values)
     if e_s is None:  # emulate: the center only (the same operations as below)
         with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
             p = np.exp(s - m)
@@ -164,36 +192,67 @@ def _forward_bound(call: Call) -> tuple[Any, ...]:
             lse = np.where(empty, 0.0, m + np.log(np.where(empty, 1.0, S)))
         return o, np.inf, lse[..., 0], np.inf
     low = name != "float32"
-    p, rho = _probs(s, m, e_s, _FEXP if low else _EXP_U20, 3 if low else 1)
+    emax = float(e_s.max()) * W32 + 2.0**-140 if e_s.size else 0.0
+    span = m - np.min(np.where(finite, s, m), axis=-1, keepdims=True) if blocks > 1 else m
+    p, rho = probs(s, m, e_s, masked, _FEXP if low else _EXP_U20, 3 if low else 1, buf)
     if blocks > 1:
-        span = m - np.min(np.where(finite, s, m), axis=-1, keepdims=True)
-        r_blk = (1 + 2.0**-23) * (1 + U32) ** 2 * np.exp(U32 * (span + 2 * e_s.max()))
-        rho = (1 + rho) * r_blk ** (blocks - 1) - 1
+        r_blk = (1 + 2.0**-23) * (1 + U32) ** 2 * np.exp(U32 * (span + 2 * emax))
+        # rho' = (1 + rho) r - 1 = rho r + (r - 1); r and r - 1 rounded up as float32
+        r = r_blk ** (blocks - 1)
+        rho *= (r * (1 + 2.0**-22)).astype(F32)
+        rho += ((r - 1) * (1 + 2.0**-22)).astype(F32)
     u_low, tiny = _UNIT[name], _TINY[name]
-    av = np.abs(v)
-    big = p * (1 + rho)
     S = p.sum(-1, keepdims=True)
-    N = _mm(p, v)
-    es = (p * rho).sum(-1, keepdims=True) + gamma(lk + 2 * blocks) * big.sum(-1, keepdims=True)
-    tiny_t = finite * (tiny * np.exp(e_s.max()))  # 0 where masked
-    # EN = sum |v| (p rho + u_low big + tiny) + g sum |v| (big (1 + u_low) + tiny): one GEMM of
-    # the sum (non-negative terms: its float64 error is within the 2**-20 widening)
-    g_en = gamma(lk + blocks)
-    w = p * rho
-    w += (u_low + g_en * (1 + u_low)) * big
-    w += (1 + g_en) * tiny_t
-    en = _mm(w, av) + (lk + 2) * _UFL
+    N = _mm(p, v, "N")  # o: fresh
+    r_max = float(rho.max(initial=0.0))
+    p32 = e_s  # e_s is dead: its buffer takes p as float32 (its shape is s's)
+    np.copyto(p32, p, casting="same_kind")
+    pr = np.multiply(p32, rho, out=rho)
+    g_es, g_en = float(gamma(lk + 2 * blocks)), float(gamma(lk + blocks))
+    av = f32abs(v)
+    # underflow (_attention_bound): p rho loses ETA in the cast of p (times rho <= R) and ETA in
+    # the product; w loses that times (1 + c), plus ETA in each product and c ETA (cast of p)
+    fl = ETA * (r_max + 1)
+    es = (1 + g_es) * (widen(pr.sum(-1, keepdims=True, dtype=np.float64)) + W32 * lk * fl)
+    es += g_es * S
+    # EN = sum |v| (p rho + u_low big + tiny) + g sum |v| (big (1 + u_low) + tiny), big = p (1 +
+    # rho): one GEMM of p rho (1 + c) + c p + (1 + g) tiny, c = u_low + g (1 + u_low)
+    c = u_low + g_en * (1 + u_low)
+    w = np.multiply(pr, const(1 + c), out=pr)
+    p32 *= const(c)
+    w += p32
+    if tiny:
+        np.add(w, const((1 + g_en) * tiny * math.exp(emax)), out=w, where=finite)
+    fl_w = fl * (1 + c) + (2 + c) * ETA
+    # each weight's loss times |v| summed over the keys (per column), and ETA per GEMM term
+    en = finish(mag_mm(w, av), W32, W32 * (fl_w * colsum(av) + lk * ETA))
+    en += (lk + 2) * _UFL
     with np.errstate(invalid="ignore", divide="ignore"):
-        o = N / np.where(empty, 1.0, S)
+        o = np.divide(N, np.where(empty, 1.0, S), out=N)
         np.copyto(o, 0.0, where=empty)
-        e_o = (en + np.abs(o) * es) / (S - es)
-        e_o = e_o + gamma(2) * (np.abs(o) + e_o) + tiny
-        np.copyto(e_o, np.inf, where=S - es <= 0)
-        np.copyto(e_o, 0.0, where=empty)
+        # e_o = ((en + |o| es) / (S - es))(1 + g2) + g2 |o| + tiny, times _SLACK, in place as
+        # en kr + |o| (es kr + g2 _SLACK) + tiny _SLACK with the row factor kr = (1 + g2)
+        # _SLACK / (S - es)
+        den = S - es
+        bad = ~(den > 0)  # NaN (float32 inf * 0) included
+        g2 = float(gamma(2))
+        kr = (1 + g2) * _SLACK / np.where(bad, 1.0, den)
+        e_o = en
+        e_o *= kr
+        ao = np.abs(o)
+        ao *= es * kr + g2 * _SLACK
+        e_o += ao
+        e_o += tiny * _SLACK
+        if bad.any():
+            np.copyto(e_o, np.inf, where=bad)
+        if np.isnan(e_o).any():
+            nan_to_inf(e_o)
+        if empty.any():
+            np.copyto(e_o, 0.0, where=empty)
         lse = np.where(empty, 0.0, m + np.log(np.where(empty, 1.0, S)))
         e_l = -np.log1p(-np.minimum(es / S, 1.0)) + 2.0**-23 * np.abs(np.log(S)) + U32 * np.abs(lse)
-        e_l = np.where(empty[..., 0:1], 0.0, e_l)
-    return o, e_o * _SLACK, lse[..., 0], e_l[..., 0] * _SLACK
+        e_l = np.where(empty[..., 0:1], 0.0, nan_to_inf(e_l))
+    return o, e_o, lse[..., 0], e_l[..., 0] * _SLACK
 
 
 _REASON_F = (
@@ -237,7 +296,7 @@ def flash_attention_backward(call: Call) -> list[Out | None]:
     """``(grad_out, query, key, value, out, logsumexp, dropout_p, is_causal, *, attn_mask,
     scale) -> (grad_query, grad_key, grad_value)``, bounded.
 
-    P = exp(s - lse) with the given lse, rho its relative error (:func:`_probs`, 1-ulp exp),
+    P = exp(s - lse) with the given lse, rho its relative error (:func:`.probs`, 1-ulp exp),
     P' = P(1+rho') with rho' = (1+rho)(1+u_low)-1 (+tiny). dV = P'^T dO: E = sum P rho' |dO| +
     g_{Lq+2} sum P(1+rho')|dO|, plus g_{Bq}(u_low) of that magnitude for the per-q-block
     accumulation in a low format. dP = dO v^T (e <= g_D sum|dO||v|), D = rowsum(dO*out)
@@ -249,13 +308,13 @@ def flash_attention_backward(call: Call) -> list[Out | None]:
     dK likewise with q and the q blocks.
     """
     _no_dropout(call)
-    go, q, k, v, out = (np.asarray(call.arg(i, n), np.float64) for i, n in
+    go, q, k, v, out = (np.ascontiguousarray(call.arg(i, n), np.float64) for i, n in
                         enumerate(("grad_out", "query", "key", "value", "out")))  # fmt: skip
     lse = np.asarray(call.arg(5, "logsumexp"), np.float64)[..., None]
     causal = bool(call.arg(7, "is_causal", False))
     name = call.out_dtypes[0]
     u_low, tiny = _UNIT[name], _TINY[name]
-    s, e_s, scale = _scores(call, q, k, causal, bound=call.model is None)
+    s, e_s, scale, masked, buf = _scores(call, q, k, causal, bound=call.model is None)
     lq, lk, d = s.shape[-2], s.shape[-1], q.shape[-1]
     names = call.out_dtypes
     if e_s is None:  # emulate: the centers only (the same operations as below)
@@ -268,52 +327,81 @@ def flash_attention_backward(call: Call) -> list[Out | None]:
                 for x, nm in zip(centers, names, strict=True)]  # fmt: skip
     bq = -(-lq // _q_block(lq))
     bk = -(-lk // _KV_BLOCK)
-    finite = ~np.isneginf(s)
     low = name != "float32"
-    p, rho = _probs(s, lse, e_s, _FEXP if low else _EXP_U10, 3 if low else 1)
-    tiny_t = finite * tiny  # 0 where masked
-    rho1 = (1 + rho) * (1 + u_low) - 1
-    agt = np.abs(go)
-    dv = _mm(np.swapaxes(p, -1, -2), go)
+    p, rho = probs(s, lse, e_s, masked, _FEXP if low else _EXP_U10, 3 if low else 1, buf)
+    finite = ~masked
+    p32 = e_s  # e_s is dead: its buffer takes p as float32
+    np.copyto(p32, p, casting="same_kind")
+    agt, av, aq, ak = (f32abs(x) for x in (go, v, q, k))
+    dv = _mm(np.swapaxes(p, -1, -2), go, "dv")  # a center: fresh
     # e_dv = E + g M, then + g' (M + e_dv), E = sum (p rho1 + tiny)|dO|, M = sum (p (1 + rho1) +
-    # tiny)|dO|: one GEMM of (1 + g') (p rho1 + tiny) + (g (1 + g') + g') (p (1 + rho1) + tiny)
-    # (non-negative terms: its float64 error is within the 2**-20 widening); likewise dQ, dK
-    g, g_ = gamma(lq + 2), gamma(bq, u_low) if u_low else 0.0
+    # tiny)|dO|, rho1 = (1 + rho)(1 + u_low) - 1: one GEMM of (c1 + c2)(p rho1 + tiny) + c2 p
+    # = p (a rho + b) + (c1 + c2) tiny; likewise dQ, dK
+    g, g_ = float(gamma(lq + 2)), float(gamma(bq, u_low)) if u_low else 0.0
     c1, c2 = 1 + g_, g * (1 + g_) + g_
-    w = (c1 + c2) * (p * rho1)
-    w += c2 * p
-    w += (c1 + c2) * tiny_t
-    e_dv = _mm(np.swapaxes(w, -1, -2), agt) + (lq + 4) * _UFL
-    dp = _mm(go, np.swapaxes(v, -1, -2))
-    e_dp = gamma(d) * _mm(agt, np.swapaxes(np.abs(v), -1, -2))
-    dd = (go * out).sum(-1, keepdims=True)
-    e_d = gamma(d + 1) * np.abs(go * out).sum(-1, keepdims=True)
-    diff = dp - dd
-    ds = p * diff
-    ad = np.abs(diff)
-    pr = p * rho
-    p1 = p + pr  # p (1 + rho)
-    # (p rho |dP - D| + p (1 + rho)(e_dp + e_d))(1 + g2) + g2 p (1 + rho) |dP - D|
-    g2 = gamma(2)
-    e_ds = pr * ad
-    e_ds += p1 * (e_dp + e_d)
-    e_ds *= 1 + g2
-    e_ds += g2 * p1 * ad
-    e_ds *= 1 + u_low
-    e_ds += u_low * np.abs(ds) + tiny_t + 4 * _UFL
-    np.copyto(e_ds, 0.0, where=~finite)
-    ads = np.abs(ds)
+    w = np.multiply(rho, const((c1 + c2) * (1 + u_low)), out=scratch("w", rho.shape, F32))
+    w += const((c1 + c2) * u_low + c2)
+    w *= p32
+    if tiny:
+        np.add(w, const((c1 + c2) * tiny), out=w, where=finite)
+    # underflow (_attention_bound): the cast of p loses ETA times the factor a rho + b after
+    # it, the product ETA; the GEMM ETA per term
+    r_max, p_max = (float(x.max(initial=0.0)) for x in (rho, p32))
+    fl_v = ETA * (r_max * (c1 + c2) * (1 + u_low) + (c1 + c2) * u_low + c2 + 1)
+    fl_v = fl_v * colsum(agt) + lq * ETA  # times |dO| summed over the queries, per column
+    add = (W32 * fl_v + (lq + 4) * _UFL + tiny) * _SLACK  # tiny: a flushed subnormal
+    e_dv = finish(mag_mm(np.swapaxes(w, -1, -2), agt), W32 * _SLACK, add)
+    dp = _mm(go, np.swapaxes(v, -1, -2), "dp", out=True)
+    gout = go * out
+    dd = gout.sum(-1, keepdims=True)
+    diff = np.subtract(dp, dd, out=dp)
+    ad = scratch("ad", diff.shape, F32)
+    np.copyto(ad, diff, casting="same_kind")
+    ds = np.multiply(p, diff, out=diff)  # diff is consumed (|diff| kept in float32)
+    # e_ds = (p rho |dP - D| + p (1 + rho)(e_dp + e_d))(1 + g2) + g2 p (1 + rho) |dP - D|, then
+    # (1 + u_low) e_ds + u_low |dS| (+ tiny + 4 half-subnormals) with |dS| = p |dP - D|:
+    # p (|dP - D| (rho a1 + a0) + (1 + rho) a2 (e_dp + e_d)), a1 = (1 + 2 g2)(1 + u_low),
+    # a0 = g2 (1 + u_low) + u_low, a2 = (1 + g2)(1 + u_low)
+    g2 = float(gamma(2))
+    a1, a0, a2 = (1 + 2 * g2) * (1 + u_low), g2 * (1 + u_low) + u_low, (1 + g2) * (1 + u_low)
+    e_d = gamma(d + 1) * np.abs(gout, out=gout).sum(-1, keepdims=True)
+    ee = mag_mm(agt, np.ascontiguousarray(np.swapaxes(av, -1, -2)), scratch("ee", ad.shape, F32))
+    ee *= const(float(gamma(d)) * a2)
+    ee += (e_d * a2 * (1 + 2.0**-22)).astype(F32)  # rounded up (the cast and its product)
+    np.abs(ad, out=ad)
+    e_ds = np.multiply(rho, const(a1), out=w)  # w is consumed (its GEMM is done)
+    e_ds += const(a0)
+    e_ds *= ad
+    rho += F32(1.0)
+    rho *= ee
+    e_ds += rho
+    e_ds *= p32
+    np.add(e_ds, const(tiny + 4 * _UFL), out=e_ds, where=finite)
+    a_max = float(ad.max(initial=0.0))
+    p32 *= ad  # |dS|
+    # underflow: the cast of p loses ETA times X = |dP - D|(rho a1 + a0) + (1 + rho) ee, the
+    # cast of |dP - D| ETA (rho a1 + a0) p, the products ad (..), (1 + rho) ee, X p ETA (times
+    # p for the first two), ee's own 3 ETA (its GEMM's D ETA times g_D a2 < 2^-16, the cast of
+    # e_d, the scaling; times (1 + rho) p); |dS| = p ad: ETA ad + ETA
+    e_max = float(ee.max(initial=0.0))
+    x_max = a_max * (r_max * a1 + a0) + (1 + r_max) * e_max
+    fl_s = ETA * (x_max + p_max * (r_max * a1 + a0 + 2 + (1 + r_max) * 3) + 1)
+    fl_ds = ETA * (a_max + 1)
+    out_e = []
     # e_dq = scale (E + g M) then + g' (M + e_dq), E = sum e_ds |k|, M = sum (|dS| + e_ds)|k|
-    gq, gq_ = gamma(lk + 3), gamma(bk, u_low) if u_low else 0.0
-    cq1, cq2 = 1 + gq_, gq * (1 + gq_) + gq_
-    dq = scale * _mm(ds, k)
-    e_dq = scale * _mm((cq1 + cq2) * e_ds + cq2 * ads, np.abs(k)) + (lk + 4) * _UFL
-    gk, gk_ = gamma(lq + 3), gamma(bq, u_low) if u_low else 0.0
-    ck1, ck2 = 1 + gk_, gk * (1 + gk_) + gk_
-    dk = scale * _mm(np.swapaxes(ds, -1, -2), q)
-    wk = (ck1 + ck2) * e_ds + ck2 * ads
-    e_dk = scale * _mm(np.swapaxes(wk, -1, -2), np.abs(q)) + (lq + 4) * _UFL
-    e_dq, e_dk, e_dv = (e + tiny for e in (e_dq, e_dk, e_dv))  # a subnormal result flushed
-    return [bounded(to(dq, names[0]), e_dq * _SLACK, _REASON_B, center=dq),
-            bounded(to(dk, names[1]), e_dk * _SLACK, _REASON_B, center=dk),
-            bounded(to(dv, names[2]), e_dv * _SLACK, _REASON_B, center=dv)]  # fmt: skip
+    for n_sum, n_blk, ab, tr in ((lk, bk, ak, False), (lq, bq, aq, True)):
+        gs, gs_ = float(gamma(n_sum + 3)), float(gamma(n_blk, u_low)) if u_low else 0.0
+        cs1, cs2 = 1 + gs_, gs * (1 + gs_) + gs_
+        # weights in dead buffers: rho (then e_ds itself), ad as the scratch
+        wt = np.multiply(e_ds, const(cs1 + cs2), out=e_ds if tr else rho)
+        wt += np.multiply(p32, const(cs2), out=ad)
+        mm = mag_mm(np.swapaxes(wt, -1, -2) if tr else wt, ab)
+        fl = (fl_s * (cs1 + cs2) + fl_ds * cs2 + 2 * ETA) * colsum(ab) + n_sum * ETA
+        add = (scale * W32 * fl + (n_sum + 4) * _UFL + tiny) * _SLACK
+        out_e.append(finish(mm, scale * W32 * _SLACK, add))
+    e_dq, e_dk = out_e
+    dq = scale * _mm(ds, k, "dq", out=True)
+    dk = scale * _mm(np.swapaxes(ds, -1, -2), q, "dk", out=True)
+    return [bounded(to(dq, names[0]), e_dq, _REASON_B, center=dq),
+            bounded(to(dk, names[1]), e_dk, _REASON_B, center=dk),
+            bounded(to(dv, names[2]), e_dv, _REASON_B, center=dv)]  # fmt: skip
