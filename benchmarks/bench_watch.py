@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import torch
-from timing import median_time  # benchmarks/timing.py (this folder is on sys.path)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import fpemu
@@ -65,29 +66,39 @@ def main() -> None:
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
           f"capability {torch.backends.cpu.get_cpu_capability()}")  # fmt: skip
     ready = procpool.start(1, timeout=120)
-    print(f"worker processes ready: {ready}")
+    print(f"worker processes ready: {ready}; rounds of (step, watched with the worker, watched "
+          "without): medians; ratio = median over rounds of watched / step in the same round")
     print(f"{'config':8} {'judged by':10} {'torch step':>10} {'watched':>9} {'ratio':>6} "
           f"{'watch own':>9} {'worker':>6} ops")  # fmt: skip
     for config in args.configs:
         model, opt, scaler, batch = make(config)
-        base = median_time(lambda: step(model, opt, scaler, batch, config), args.repeats)  # noqa: B023
+        times: dict[str, list[float]] = {"step": [], "worker": [], "this only": []}
+        reports: dict[str, Any] = {}
+        for i in range(args.repeats + 1):  # round 0 warms up
+            t0 = time.perf_counter()
+            step(model, opt, scaler, batch, config)
+            t = {"step": time.perf_counter() - t0}
+            for who in ("worker", "this only"):
+                if who == "this only":
+                    os.environ[procpool.ENV] = "0"
+                try:
+                    t0 = time.perf_counter()
+                    with fpemu.watch() as w:
+                        step(model, opt, scaler, batch, config)
+                    reports[who] = w.report()
+                    t[who] = time.perf_counter() - t0
+                finally:
+                    os.environ.pop(procpool.ENV, None)
+            for k, v in t.items():
+                if i:
+                    times[k].append(v)
+        base = statistics.median(times["step"])
         for who in ("worker", "this only"):
-            if who == "this only":
-                os.environ[procpool.ENV] = "0"
-            reports: list[Any] = []
-
-            def watched() -> None:
-                with fpemu.watch() as w:
-                    step(model, opt, scaler, batch, config)  # noqa: B023
-                reports.append(w.report())  # noqa: B023
-
-            try:
-                t = median_time(watched, args.repeats)
-            finally:
-                os.environ.pop(procpool.ENV, None)
-            r = reports[-1]
+            r = reports[who]
+            ratio = statistics.median(a / b for a, b in zip(times[who], times["step"], strict=True))
             own, by = r.settings["watch_seconds"], r.settings["worker_judgements"]
-            print(f"{config:8} {who:10} {base * 1e3:8.1f}ms {t * 1e3:7.1f}ms {t / base:5.1f}x "
+            mid = statistics.median(times[who])
+            print(f"{config:8} {who:10} {base * 1e3:8.1f}ms {mid * 1e3:7.1f}ms {ratio:5.1f}x "
                   f"{own * 1e3:7.1f}ms {by:6d} {len(r.rows)}  {r.summary()}")  # fmt: skip
 
 

@@ -40,6 +40,12 @@ __all__ = ["Queue"]
 #: Most bytes of queued arguments before :meth:`Queue.submit` runs queued calls itself (a
 #: long watched run must not hold every step's tensors).
 MAX_BYTES = 256 * 2**20
+#: Bytes of shared memory between the caller and its worker (the calls' array buffers; a
+#: call that does not fit goes through the pipe instead).
+RING = 128 * 2**20
+#: Calls written to the worker and not answered yet, at most (its next ones, so it never waits
+#: for the caller; the others stay queued, for the caller to take back).
+AHEAD = 3
 #: Seconds between two attempts to get a worker while none is ready.
 _RETRY = 0.05
 #: Pipe buffer asked for (Linux ``F_SETPIPE_SZ``; capped by /proc/sys/fs/pipe-max-size): a
@@ -66,6 +72,7 @@ class Queue:
         #: calls the worker ran (the others ran in the caller)
         self.worker_calls = 0
         self._worker: Any = None
+        self._ring: _Ring | None = None
         self._dead = False
         self._tried = -1.0
 
@@ -84,6 +91,7 @@ class Queue:
         self._worker = w = got[0]
         for fd in (w.wfd, w.rfd):
             _grow_pipe(fd)
+        self._ring = _ring_of(w)
         os.set_blocking(w.wfd, False)
         return True
 
@@ -93,11 +101,13 @@ class Queue:
         import numpy as np  # noqa: PLC0415
 
         parts = procpool._pickle(("job", fn, args, {}, np.geterr()))
-        # the snapshot: the pickle's head holds no array data; the buffers are the arrays'
-        # own memory until copied here
-        msg = [parts[0], parts[1], *(bytearray(p) for p in parts[2:])]
-        size = sum(memoryview(p).nbytes for p in msg)
         ticket = self._count
+        # the snapshot: the pickle's head holds no array data; the buffers are the arrays'
+        # own memory until copied here, into the ring (or, where it is full, into the message)
+        msg = self._in_ring(ticket, parts)
+        if msg is None:
+            msg = [parts[0], parts[1], *(bytearray(p) for p in parts[2:])]
+        size = sum(memoryview(p).nbytes for p in msg)
         self._count += 1
         self._msgs[ticket] = msg
         self._sizes[ticket] = size
@@ -107,6 +117,24 @@ class Queue:
         while self._bytes > MAX_BYTES and self._run_one():
             pass
         return ticket
+
+    def _in_ring(self, ticket: int, parts: list[Any]) -> list[Any] | None:
+        """The call's message with its buffers copied into the ring, or None (no room)."""
+        ring = self._ring
+        if ring is None or self._dead:
+            return None
+        bufs = parts[2:]
+        sizes = [memoryview(b).nbytes for b in bufs]
+        steps = [-(-n // 64) * 64 for n in sizes]  # 64-byte aligned, as NumPy likes
+        off = ring.alloc(ticket, max(64, sum(steps)))
+        if off is None:
+            return None
+        spans = []
+        for b, n, step in zip(bufs, sizes, steps, strict=True):
+            ring.view[off : off + n] = memoryview(b).cast("B")
+            spans.append((off, n))
+            off += step
+        return procpool._pickle(("shm", None, (bytes(parts[1]), spans), {}, None))
 
     def results(self) -> list[Any]:
         """Every submitted call's value, in ticket order (waits for the worker; runs the
@@ -126,9 +154,14 @@ class Queue:
 
     def close(self) -> None:
         """Give the worker back (after :meth:`results`); a worker that died is reaped."""
+        if self._worker is not None and (self._sent or self._writing):
+            self._drain()  # the next user of the worker must not read this queue's replies
         w, self._worker = self._worker, None
         if w is None:
             return
+        if self._ring is not None:
+            for ticket in list(self._ring._by_ticket):  # calls never run: nothing reads them
+                self._ring.free(ticket)
         if self._dead:
             procpool._drop(w, kill=True)
         else:
@@ -136,6 +169,11 @@ class Queue:
         w.busy.release()
 
     # -- moving calls -----------------------------------------------------------------------
+    def pump(self) -> None:
+        """Move calls along: read the replies that have come, write the next calls (the
+        caller calls this between its own work, so the worker is never left without)."""
+        self._pump()
+
     def _pump(self) -> None:
         """Read the replies that have come, then write what fits of the queued calls."""
         import select  # noqa: PLC0415
@@ -148,7 +186,9 @@ class Queue:
                 self._reply()
             while True:
                 if not self._writing:
-                    if not self._pending:
+                    # a few calls ahead of the worker: the rest stay here, for the caller to
+                    # take back from the end when it wants the results
+                    if not self._pending or len(self._sent) >= AHEAD:
                         return
                     ticket = self._pending.popleft()
                     self._bytes -= self._sizes.pop(ticket)
@@ -208,7 +248,14 @@ class Queue:
         import numpy as np  # noqa: PLC0415
 
         _, head, *bufs = self._msgs[ticket]
-        _, fn, args, kwargs, err = pickle.loads(head, buffers=bufs)
+        tag, fn, args, kwargs, err = pickle.loads(head, buffers=bufs)
+        if tag == "shm":  # its buffers are in the ring (read-only views: no copy)
+            assert self._ring is not None
+            inner, spans = args
+            view = self._ring.view.toreadonly()
+            tag, fn, args, kwargs, err = pickle.loads(
+                inner, buffers=[view[o : o + n] for o, n in spans]
+            )
         try:
             with np.errstate(**err):
                 done: tuple[bool, Any] = (True, fn(*args, **kwargs))
@@ -220,6 +267,66 @@ class Queue:
         """Record a result and free its message."""
         self._results[ticket] = done
         self._msgs.pop(ticket, None)
+        if self._ring is not None:
+            self._ring.free(ticket)
+
+
+class _Ring:
+    """Shared memory (a Linux memfd the worker maps by its ``/proc`` path) cut into blocks in
+    first-in first-out order: a queued call's array buffers are copied into one block (its
+    snapshot: one copy, no pipe), freed when its reply comes or it runs here."""
+
+    def __init__(self, size: int) -> None:
+        import mmap  # noqa: PLC0415
+
+        self.fd = os.memfd_create("fpemu-offload")
+        os.ftruncate(self.fd, size)
+        self.view = memoryview(mmap.mmap(self.fd, size))
+        self.size = size
+        self.path = f"/proc/{os.getpid()}/fd/{self.fd}"
+        self._blocks: deque[list[int]] = deque()  # [ticket, offset, size, live]
+        self._by_ticket: dict[int, list[int]] = {}
+
+    def alloc(self, ticket: int, n: int) -> int | None:
+        """The offset of a free block of ``n`` bytes for ``ticket``, or None (full)."""
+        if not self._blocks:
+            off: int | None = 0 if n <= self.size else None
+        else:
+            first, last = self._blocks[0], self._blocks[-1]
+            end = last[1] + last[2]
+            if last[1] < first[1]:  # wrapped: free space lies between the two
+                off = end if end + n <= first[1] else None
+            else:
+                off = end if end + n <= self.size else (0 if n <= first[1] else None)
+        if off is not None:
+            block = [ticket, off, n, 1]
+            self._blocks.append(block)
+            self._by_ticket[ticket] = block
+        return off
+
+    def free(self, ticket: int) -> None:
+        block = self._by_ticket.pop(ticket, None)
+        if block is None:
+            return
+        block[3] = 0
+        while self._blocks and not self._blocks[0][3]:
+            self._blocks.popleft()
+        while self._blocks and not self._blocks[-1][3]:
+            self._blocks.pop()
+
+
+def _ring_of(w: Any) -> _Ring | None:
+    """The worker's ring, made and announced to it on first use (None where the system has
+    no memfd: messages then carry their buffers through the pipe)."""
+    ring = getattr(w, "fpemu_ring", None)
+    if ring is None and hasattr(os, "memfd_create"):
+        try:
+            ring = _Ring(RING)
+            procpool._write(w.wfd, procpool._pickle(("ring", ring.path, ring.size, {}, None)))
+        except OSError:
+            return None
+        w.fpemu_ring = ring
+    return ring
 
 
 def _grow_pipe(fd: int) -> None:

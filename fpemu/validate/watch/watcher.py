@@ -206,6 +206,8 @@ class Watcher:
         t1 = time.perf_counter()
         result = func(*args, **kwargs)
         t2 = time.perf_counter()
+        if self._queued:
+            self._queue.pump()
         outs = op_outputs(func, args, kwargs, result)
         row = self._row(name, phase, args, kwargs, outs)
         if emulation is None:
