@@ -29,6 +29,8 @@ themselves, at once, rather than pay for the copies.
 from __future__ import annotations
 
 import os
+import pickle
+import struct
 import time
 from collections import deque
 from typing import Any
@@ -134,7 +136,9 @@ class Queue:
             ring.view[off : off + n] = memoryview(b).cast("B")
             spans.append((off, n))
             off += step
-        return procpool._pickle(("shm", None, (bytes(parts[1]), spans), {}, None))
+        # one plain pickle of bytes and numbers: nothing for procpool's array reducer to do
+        small = pickle.dumps(("shm", None, (bytes(parts[1]), spans), {}, None), protocol=5)
+        return [struct.pack("<2Q", 1, len(small)), small]
 
     def results(self) -> list[Any]:
         """Every submitted call's value, in ticket order (waits for the worker; runs the
@@ -243,8 +247,6 @@ class Queue:
         return True
 
     def _run_here(self, ticket: int) -> None:
-        import pickle  # noqa: PLC0415
-
         import numpy as np  # noqa: PLC0415
 
         _, head, *bufs = self._msgs[ticket]

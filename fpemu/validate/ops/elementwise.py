@@ -49,7 +49,7 @@ def _val(x: Any, cdt: np.dtype[Any]) -> Any:
     """An operand in the compute dtype: arrays widen exactly (a float32 0-d tensor beside a
     bfloat16 tensor is read in float32, ``original_scalar_value``), Python scalars via double."""
     if isinstance(x, np.ndarray):
-        return x.astype(cdt)
+        return x.astype(cdt, copy=False)  # read only
     if cdt.kind in "iub":
         return np.asarray(x).astype(cdt)[()]
     return scalar(x, cdt)
@@ -71,7 +71,7 @@ def _operand(x: Any, name: str, cdt: np.dtype[Any]) -> np.ndarray:
     stored in the output dtype (``original_scalar_value<scalar_t>``, a copy: a double goes
     through float first, measured), then widened."""
     if isinstance(x, np.ndarray) and (x.ndim or x.dtype == dtype(name)):
-        return x.astype(cdt)
+        return x.astype(cdt, copy=False)  # read only: no copy where it is already opmath
     v = x.item() if isinstance(x, np.ndarray) else x
     return np.asarray(_stored(v, name)).astype(cdt)
 
@@ -116,11 +116,12 @@ def add(call: Call) -> list[Out | None]:
             r = a - b * alpha if neg else a + b * alpha
         return [exact(np.asarray(r).astype(dtype(name)))]
     al = np.asarray(_stored(-alpha if neg else alpha, name)).astype(cdt)
+    if al == 1 or al == -1:  # b * (+-1) is exact: one sum or difference, one rounding
+        with np.errstate(all="ignore"):
+            return [exact(to(np.asarray(a + b if al == 1 else a - b), name))]
     shape = np.broadcast_shapes(np.shape(a), np.shape(b))
     a, b = np.broadcast_to(a, shape), np.broadcast_to(b, shape)
     with np.errstate(all="ignore"):
-        if al == 1 or al == -1:
-            return [exact(to(np.asarray(a + b * al), name))]
         scalar_path = to(a + to(b * al, name).astype(cdt), name)
         if call.capability == "default":
             return [exact(scalar_path)]

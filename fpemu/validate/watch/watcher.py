@@ -42,8 +42,15 @@ _SKIP = frozenset(
 
 
 _MISSING = "no emulation of this ATen op in fpemu"
-#: ATen overload -> its name (``str`` of an overload formats it anew each time)
-_NAMES: dict[Any, str] = {}
+#: ATen overload -> (its name, whether it is skipped, whether it is judged in the step's
+#: thread even where a worker runs): ``str`` of an overload formats it anew each time
+_INFO: dict[Any, tuple[str, bool, bool]] = {}
+
+
+def _info_of(func: Any) -> tuple[str, bool, bool]:
+    name = str(func)
+    skip = name in _SKIP or name.startswith(_SKIP_NS)
+    return name, skip, _is_view(func) or name.split(".")[1] in _HERE
 #: random-number ops: their values come from torch's generator, there is nothing to recompute
 _RANDOM = dict.fromkeys(
     (
@@ -186,10 +193,11 @@ class Watcher:
     # -- one op -----------------------------------------------------------------------------
     def dispatch(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """Run ``func`` for torch and judge its outputs (the dispatch mode's body)."""
-        name = _NAMES.get(func)
-        if name is None:
-            name = _NAMES[func] = str(func)
-        if self._internal or name in _SKIP or name.startswith(_SKIP_NS):
+        info = _INFO.get(func)
+        if info is None:
+            info = _INFO[func] = _info_of(func)
+        name, skip, here = info
+        if self._internal or skip:
             return func(*args, **kwargs)
         t0 = time.perf_counter()
         self.node = self._current_node()
@@ -228,10 +236,8 @@ class Watcher:
             # to the queue when a worker runs it
             # (a worker process has fpemu's own emulations only: one registered or replaced
             # in this process is run here)
-            base = name.split(".")[1]
             if (
-                _is_view(func)
-                or base in _HERE
+                here
                 or self._queue is None
                 or not builtin(name)
                 or not self._queue.ready()
