@@ -44,7 +44,7 @@ __all__ = ["Queue"]
 MAX_BYTES = 256 * 2**20
 #: Bytes of shared memory between the caller and its worker (the calls' array buffers; a
 #: call that does not fit goes through the pipe instead).
-RING = 128 * 2**20
+RING = 64 * 2**20
 #: Calls written to the worker and not answered yet, at most (its next ones, so it never waits
 #: for the caller; the others stay queued, for the caller to take back).
 AHEAD = 3
@@ -102,8 +102,16 @@ class Queue:
         copied now). Returns the call's ticket, its index in :meth:`results`."""
         import numpy as np  # noqa: PLC0415
 
-        parts = procpool._pickle(("job", fn, args, {}, np.geterr()))
         ticket = self._count
+        try:
+            parts = procpool._pickle(("job", fn, args, {}, np.geterr()))
+        except (pickle.PicklingError, TypeError, AttributeError):  # cannot travel: run here
+            self._count += 1
+            try:
+                self._results[ticket] = (True, fn(*args))
+            except Exception as exc:  # re-raised in ticket order by results()
+                self._results[ticket] = (False, exc)
+            return ticket
         # the snapshot: the pickle's head holds no array data; the buffers are the arrays'
         # own memory until copied here, into the ring (or, where it is full, into the message)
         msg = self._in_ring(ticket, parts)
@@ -284,6 +292,12 @@ class _Ring:
         self.fd = os.memfd_create("fpemu-offload")
         os.ftruncate(self.fd, size)
         self.view = memoryview(mmap.mmap(self.fd, size))
+        # touch every page once now (~10 ms): a first write to a page later costs a fault,
+        # 3x the copy it interrupts
+        zeros = bytes(2**20)
+        for off in range(0, size, len(zeros)):
+            n = min(len(zeros), size - off)
+            self.view[off : off + n] = zeros[:n]
         self.size = size
         self.path = f"/proc/{os.getpid()}/fd/{self.fd}"
         self._blocks: deque[list[int]] = deque()  # [ticket, offset, size, live]

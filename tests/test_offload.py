@@ -172,3 +172,11 @@ def test_watch_uses_an_emulation_replaced_in_this_process(monkeypatch: pytest.Mo
             torch.nn.functional.gelu(x)
         rows = [r for r in w.report().rows if r["op"] == "aten.gelu.default"]
         assert [r["verdict"] for r in rows] == ["differs"]
+
+
+def test_a_call_that_cannot_travel_runs_here(queue: offload.Queue) -> None:
+    """A local function (no module-level name) cannot be pickled: it runs in the caller."""
+    queue.submit(np.add, 1, 2)
+    queue.submit(lambda a, b: a * b, 3, 4)
+    queue.submit(np.add, 5, 6)
+    assert queue.results() == [3, 12, 11]
