@@ -90,37 +90,36 @@ class Queue:
         got = procpool._acquire(1)
         if not got:
             return False
-        self._worker = w = got[0]
+        w = got[0]
+        self._ring = _ring_of(w)
+        if self._ring is None:  # no shared memory: the calls stay here
+            w.busy.release()
+            self._dead = True
+            return False
+        self._worker = w
         for fd in (w.wfd, w.rfd):
             _grow_pipe(fd)
-        self._ring = _ring_of(w)
         os.set_blocking(w.wfd, False)
         return True
 
     def submit(self, fn: Any, *args: Any) -> int:
         """Queue ``fn(*args)`` (``fn`` a module-level function; its array arguments are
-        copied now). Returns the call's ticket, its index in :meth:`results`."""
+        copied now). Returns the call's ticket, its index in :meth:`results`. A call that
+        cannot travel (a local function, no room in the ring) runs here, now."""
         import numpy as np  # noqa: PLC0415
 
         ticket = self._count
+        self._count += 1
         try:
-            parts = procpool._pickle(("job", fn, args, {}, np.geterr()))
-        except (pickle.PicklingError, TypeError, AttributeError):  # cannot travel: run here
-            self._count += 1
+            msg = self._encode(ticket, ("job", fn, args, {}, np.geterr()))
+        except _Stay:
             try:
                 self._results[ticket] = (True, fn(*args))
             except Exception as exc:  # re-raised in ticket order by results()
                 self._results[ticket] = (False, exc)
             return ticket
-        # the snapshot: the pickle's head holds no array data; the buffers are the arrays'
-        # own memory until copied here, into the ring (or, where it is full, into the message)
-        msg = self._in_ring(ticket, parts)
-        if msg is None:
-            msg = [parts[0], parts[1], *(bytearray(p) for p in parts[2:])]
-        size = sum(memoryview(p).nbytes for p in msg)
-        self._count += 1
         self._msgs[ticket] = msg
-        self._sizes[ticket] = size
+        self._sizes[ticket] = size = sum(memoryview(p).nbytes for p in msg)
         self._bytes += size
         self._pending.append(ticket)
         self._pump()
@@ -128,25 +127,26 @@ class Queue:
             pass
         return ticket
 
-    def _in_ring(self, ticket: int, parts: list[Any]) -> list[Any] | None:
-        """The call's message with its buffers copied into the ring, or None (no room)."""
+    def _encode(self, ticket: int, obj: Any) -> list[Any]:
+        """The message of a call: a pickle in which each array is its place in the ring (its
+        elements copied there, strides and all: an emulation may read the layout), or raise
+        :class:`_Stay`."""
+        import io  # noqa: PLC0415
+
         ring = self._ring
         if ring is None or self._dead:
-            return None
-        bufs = parts[2:]
-        sizes = [memoryview(b).nbytes for b in bufs]
-        steps = [-(-n // 64) * 64 for n in sizes]  # 64-byte aligned, as NumPy likes
-        off = ring.alloc(ticket, max(64, sum(steps)))
-        if off is None:
-            return None
-        spans = []
-        for b, n, step in zip(bufs, sizes, steps, strict=True):
-            ring.view[off : off + n] = memoryview(b).cast("B")
-            spans.append((off, n))
-            off += step
-        # one plain pickle of bytes and numbers: nothing for procpool's array reducer to do
-        small = pickle.dumps(("shm", None, (bytes(parts[1]), spans), {}, None), protocol=5)
-        return [struct.pack("<2Q", 1, len(small)), small]
+            raise _Stay
+        f = io.BytesIO()
+        try:
+            _RingPickler(f, ring, ticket).dump(obj)
+        except (pickle.PicklingError, TypeError, AttributeError) as exc:
+            ring.free(ticket)
+            raise _Stay from exc
+        except _Stay:
+            ring.free(ticket)
+            raise
+        head = f.getbuffer()
+        return [struct.pack("<2Q", 1, head.nbytes), head]
 
     def results(self) -> list[Any]:
         """Every submitted call's value, in ticket order (waits for the worker; runs the
@@ -257,15 +257,8 @@ class Queue:
     def _run_here(self, ticket: int) -> None:
         import numpy as np  # noqa: PLC0415
 
-        _, head, *bufs = self._msgs[ticket]
-        tag, fn, args, kwargs, err = pickle.loads(head, buffers=bufs)
-        if tag == "shm":  # its buffers are in the ring (read-only views: no copy)
-            assert self._ring is not None
-            inner, spans = args
-            view = self._ring.view.toreadonly()
-            tag, fn, args, kwargs, err = pickle.loads(
-                inner, buffers=[view[o : o + n] for o, n in spans]
-            )
+        _, head = self._msgs[ticket]
+        _, fn, args, kwargs, err = pickle.loads(head)  # arrays: read-only views of the ring
         try:
             with np.errstate(**err):
                 done: tuple[bool, Any] = (True, fn(*args, **kwargs))
@@ -301,7 +294,7 @@ class _Ring:
         self.size = size
         self.path = f"/proc/{os.getpid()}/fd/{self.fd}"
         self._blocks: deque[list[int]] = deque()  # [ticket, offset, size, live]
-        self._by_ticket: dict[int, list[int]] = {}
+        self._by_ticket: dict[int, list[list[int]]] = {}
 
     def alloc(self, ticket: int, n: int) -> int | None:
         """The offset of a free block of ``n`` bytes for ``ticket``, or None (full)."""
@@ -317,31 +310,107 @@ class _Ring:
         if off is not None:
             block = [ticket, off, n, 1]
             self._blocks.append(block)
-            self._by_ticket[ticket] = block
+            self._by_ticket.setdefault(ticket, []).append(block)
         return off
 
     def free(self, ticket: int) -> None:
-        block = self._by_ticket.pop(ticket, None)
-        if block is None:
-            return
-        block[3] = 0
+        for block in self._by_ticket.pop(ticket, ()):
+            block[3] = 0
         while self._blocks and not self._blocks[0][3]:
             self._blocks.popleft()
         while self._blocks and not self._blocks[-1][3]:
             self._blocks.pop()
 
 
+class _Stay(Exception):
+    """The call cannot travel to the worker: it runs in the caller."""
+
+
+#: the rings this process sees, by path: the caller's own mappings, or (in a worker) the
+#: caller's memfd mapped by :func:`attach`
+_VIEWS: dict[str, memoryview] = {}
+
+#: an array whose elements lie this many times their size apart (a column of a large matrix)
+#: is not copied into the ring: its call runs in the caller
+_SPAN_SLACK = 4
+
+
+class _RingPickler(pickle.Pickler):
+    """Pickles each NumPy array as its place in the ring (:func:`_from_ring`), its elements
+    copied there at the same strides: a channels-last or transposed tensor stays so (NumPy's
+    own pickle makes a strided array C-contiguous, and some emulations read the layout)."""
+
+    def __init__(self, f: Any, ring: _Ring, ticket: int) -> None:
+        super().__init__(f, protocol=5)
+        self.ring, self.ticket = ring, ticket
+
+    def reducer_override(self, obj: Any) -> Any:
+        if type(obj).__name__ != "ndarray":
+            return NotImplemented
+        import numpy as np  # noqa: PLC0415
+
+        if obj.dtype.hasobject:
+            raise _Stay
+        # the bytes the array spans, and where its first element lies in them
+        span, lead = obj.dtype.itemsize, 0
+        for n, st in zip(obj.shape, obj.strides, strict=True):
+            if n > 1:
+                span += (n - 1) * abs(st)
+                lead += (n - 1) * -st if st < 0 else 0
+        if obj.size == 0:
+            span, lead = 0, 0
+        if span > _SPAN_SLACK * max(obj.nbytes, 4096):
+            raise _Stay
+        off = self.ring.alloc(self.ticket, max(64, -(-span // 64) * 64))
+        if off is None:
+            raise _Stay
+        if obj.size:
+            dst: Any = np.ndarray(obj.shape, obj.dtype, buffer=self.ring.view,
+                                  offset=off + lead, strides=obj.strides)  # fmt: skip
+            np.copyto(dst, obj)
+        name = obj.dtype.name if obj.dtype.type.__module__ == "ml_dtypes" else obj.dtype.str
+        return _from_ring, (self.ring.path, name, obj.shape, obj.strides, off + lead)
+
+
+def _from_ring(ring: str, dtype: str, shape: Any, strides: Any, offset: int) -> Any:
+    """An array in the ring (read-only: the caller's snapshot of a queued call)."""
+    import numpy as np  # noqa: PLC0415
+
+    dt = np.dtype(dtype) if dtype[:1] in "<>|=" else np.dtype(_ml(dtype))
+    if not int(np.prod(shape, dtype=np.int64)):
+        return np.empty(shape, dt)
+    a = np.ndarray(shape, dt, buffer=_VIEWS[ring], offset=offset, strides=strides)
+    a.flags.writeable = False
+    return a
+
+
+def _ml(name: str) -> Any:
+    import ml_dtypes  # noqa: PLC0415
+
+    return getattr(ml_dtypes, name)
+
+
+def attach(path: str, size: int) -> None:
+    """Map the caller's ring (a worker, on the first message of a queue)."""
+    import mmap  # noqa: PLC0415
+
+    with open(path, "r+b") as f:
+        _VIEWS[path] = memoryview(mmap.mmap(f.fileno(), size))
+
+
 def _ring_of(w: Any) -> _Ring | None:
     """The worker's ring, made and announced to it on first use (None where the system has
-    no memfd: messages then carry their buffers through the pipe)."""
-    ring = getattr(w, "fpemu_ring", None)
+    no memfd: then nothing is queued for a worker)."""
+    ring: _Ring | None = getattr(w, "fpemu_ring", None)
     if ring is None and hasattr(os, "memfd_create"):
         try:
             ring = _Ring(RING)
-            procpool._write(w.wfd, procpool._pickle(("ring", ring.path, ring.size, {}, None)))
+            msg = ("init", attach, (ring.path, ring.size), {}, None)
+            procpool._write(w.wfd, procpool._pickle(msg))
         except OSError:
             return None
         w.fpemu_ring = ring
+        _VIEWS[ring.path] = ring.view
     return ring
 
 

@@ -372,24 +372,15 @@ def _serve() -> None:
     import numpy as np  # noqa: PLC0415
 
     _write(out, _pickle("ready"))
-    ring: Any = None  # the caller's shared memory (fpemu.offload), once it sends its path
     while True:
         try:
             tag, ref, args, kwargs, err = _recv(0)
         except EOFError:
             return
-        if tag == "ring":  # (tag, path, size, ...): map the caller's memfd; no reply
-            import mmap  # noqa: PLC0415
-
-            with open(ref, "r+b") as f:
-                ring = memoryview(mmap.mmap(f.fileno(), args)).toreadonly()
+        if tag == "init":  # (tag, fn, args, ...): set this worker up (fpemu.offload); no reply
+            ref(*args)
             continue
         try:
-            if tag == "shm":  # a queued job whose array buffers lie in the ring
-                head, spans = args
-                tag, ref, args, kwargs, err = pickle.loads(
-                    head, buffers=[ring[o : o + n] for o, n in spans]
-                )
             fn = ref[0](*ref[1:]) if isinstance(ref, tuple) else ref
             with np.errstate(**err), warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")

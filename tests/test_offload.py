@@ -180,3 +180,21 @@ def test_a_call_that_cannot_travel_runs_here(queue: offload.Queue) -> None:
     queue.submit(lambda a, b: a * b, 3, 4)
     queue.submit(np.add, 5, 6)
     assert queue.results() == [3, 12, 11]
+
+
+def _layout(*arrays: np.ndarray) -> list[tuple[object, ...]]:
+    return [(a.shape, a.strides, a.flags.c_contiguous, a.flags.f_contiguous, a.tobytes())
+            for a in arrays]  # fmt: skip
+
+
+def test_arrays_keep_their_layout(queue: offload.Queue) -> None:
+    """Emulations read the layout (oneDNN's GELU runs on contiguous tensors only, BatchNorm's
+    exact kernel on C-contiguous ones): a channels-last, transposed, sliced or broadcast
+    array reaches the worker with the same strides, and the same elements."""
+    x = np.arange(2 * 3 * 4 * 5, dtype=np.float32).reshape(2, 3, 4, 5)
+    channels_last = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+    b16 = np.arange(60, dtype=np.float32).astype(ml_dtypes.bfloat16).reshape(6, 10)
+    arrays = (channels_last, x.T, x[:, 1:, ::2], np.broadcast_to(np.float32(2), (3, 4)),
+              b16[:, 2:7], np.zeros((0, 3), np.int64), np.array(True))  # fmt: skip
+    queue.submit(_layout, *arrays)
+    assert queue.results() == [_layout(*arrays)]
