@@ -112,7 +112,7 @@ class Queue:
         self._count += 1
         try:
             msg = self._encode(ticket, ("job", fn, args, {}, np.geterr()))
-        except _Stay:
+        except _StayError:
             try:
                 self._results[ticket] = (True, fn(*args))
             except Exception as exc:  # re-raised in ticket order by results()
@@ -130,19 +130,19 @@ class Queue:
     def _encode(self, ticket: int, obj: Any) -> list[Any]:
         """The message of a call: a pickle in which each array is its place in the ring (its
         elements copied there, strides and all: an emulation may read the layout), or raise
-        :class:`_Stay`."""
+        :class:`_StayError`."""
         import io  # noqa: PLC0415
 
         ring = self._ring
         if ring is None or self._dead:
-            raise _Stay
+            raise _StayError
         f = io.BytesIO()
         try:
             _RingPickler(f, ring, ticket).dump(obj)
         except (pickle.PicklingError, TypeError, AttributeError) as exc:
             ring.free(ticket)
-            raise _Stay from exc
-        except _Stay:
+            raise _StayError from exc
+        except _StayError:
             ring.free(ticket)
             raise
         head = f.getbuffer()
@@ -322,7 +322,7 @@ class _Ring:
             self._blocks.pop()
 
 
-class _Stay(Exception):
+class _StayError(Exception):
     """The call cannot travel to the worker: it runs in the caller."""
 
 
@@ -350,7 +350,7 @@ class _RingPickler(pickle.Pickler):
         import numpy as np  # noqa: PLC0415
 
         if obj.dtype.hasobject:
-            raise _Stay
+            raise _StayError
         # the bytes the array spans, and where its first element lies in them
         span, lead = obj.dtype.itemsize, 0
         for n, st in zip(obj.shape, obj.strides, strict=True):
@@ -360,10 +360,10 @@ class _RingPickler(pickle.Pickler):
         if obj.size == 0:
             span, lead = 0, 0
         if span > _SPAN_SLACK * max(obj.nbytes, 4096):
-            raise _Stay
+            raise _StayError
         off = self.ring.alloc(self.ticket, max(64, -(-span // 64) * 64))
         if off is None:
-            raise _Stay
+            raise _StayError
         if obj.size:
             dst: Any = np.ndarray(obj.shape, obj.dtype, buffer=self.ring.view,
                                   offset=off + lead, strides=obj.strides)  # fmt: skip
@@ -405,7 +405,7 @@ def _ring_of(w: Any) -> _Ring | None:
     if ring is None and hasattr(os, "memfd_create"):
         try:
             ring = _Ring(RING)
-            msg = ("init", attach, (ring.path, ring.size), {}, None)
+            msg: tuple[Any, ...] = ("init", attach, (ring.path, ring.size), {}, None)
             procpool._write(w.wfd, procpool._pickle(msg))
         except OSError:
             return None

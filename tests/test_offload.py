@@ -122,7 +122,7 @@ def test_no_worker_when_processes_are_off(monkeypatch: pytest.MonkeyPatch) -> No
 def test_watch_rows_equal_with_and_without_worker(monkeypatch: pytest.MonkeyPatch) -> None:
     """The verdicts do not depend on who judged: rows with the worker equal rows without."""
     torch = pytest.importorskip("torch")
-    import fpemu
+    import fpemu  # noqa: PLC0415
 
     procpool.start(1, timeout=120)
 
@@ -151,8 +151,8 @@ def test_watch_uses_an_emulation_replaced_in_this_process(monkeypatch: pytest.Mo
     """A worker process has fpemu's own emulations only: one replaced here (a planted fault,
     a user's own) must be the one that judges, with or without a ready worker."""
     torch = pytest.importorskip("torch")
-    import fpemu
-    from fpemu.validate import ops
+    import fpemu  # noqa: PLC0415
+    from fpemu.validate import ops  # noqa: PLC0415
 
     procpool.start(1, timeout=120)
     real = ops.lookup("aten.gelu.default")
@@ -198,3 +198,23 @@ def test_arrays_keep_their_layout(queue: offload.Queue) -> None:
               b16[:, 2:7], np.zeros((0, 3), np.int64), np.array(True))  # fmt: skip
     queue.submit(_layout, *arrays)
     assert queue.results() == [_layout(*arrays)]
+
+
+def test_rows_are_judged_when_the_watched_program_raises() -> None:
+    """The queued judgements are made when the block ends by an exception too: a row never
+    keeps the placeholder verdict of a judgement that was not made."""
+    torch = pytest.importorskip("torch")
+    import fpemu  # noqa: PLC0415
+    from fpemu.validate import ops  # noqa: PLC0415
+
+    procpool.start(1, timeout=120)
+    x = torch.randn(256, 256, generator=torch.Generator().manual_seed(0))
+    real = ops.TABLE["aten.mm.default"]
+    for _ in range(2):  # the worker may become ready between blocks
+        with pytest.raises(RuntimeError, match="the program failed"):
+            with fpemu.watch() as w:
+                x @ x
+                raise RuntimeError("the program failed")
+        rows = [r for r in w.report().rows if r["op"] == "aten.mm.default"]
+        assert rows and all(r["n"] == 256 * 256 for r in rows)  # judged: the count is set
+    assert ops.TABLE["aten.mm.default"] is real

@@ -50,7 +50,7 @@ def _small(y: np.ndarray) -> np.ndarray:
     den += _CB[3]
     num *= y
     num /= den
-    return num
+    return np.asarray(num)
 
 
 def _mid(y: np.ndarray) -> np.ndarray:
@@ -68,7 +68,7 @@ def _mid(y: np.ndarray) -> np.ndarray:
     e *= num
     e /= den
     np.subtract(1.0, e, out=e)
-    return e
+    return np.asarray(e)
 
 
 def _tail(y: np.ndarray) -> np.ndarray:

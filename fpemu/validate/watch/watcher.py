@@ -51,6 +51,8 @@ def _info_of(func: Any) -> tuple[str, bool, bool]:
     name = str(func)
     skip = name in _SKIP or name.startswith(_SKIP_NS)
     return name, skip, _is_view(func) or name.split(".")[1] in _HERE
+
+
 #: random-number ops: their values come from torch's generator, there is nothing to recompute
 _RANDOM = dict.fromkeys(
     (
@@ -221,14 +223,14 @@ class Watcher:
         if emulation is None:
             row.update(verdict="not_emulated", cause=_RANDOM.get(name.split(".")[1], _MISSING))
         else:
+            outputs = [to_numpy(t) for t in outs]
             call = Call(
                 name,
-                tuple(np_args),
-                dict(np_kwargs),
+                tuple(np_args or ()),
+                dict(np_kwargs or {}),
                 tuple(row["out_dtypes"]),
                 capability=self.capability,
-                options={"outputs": [to_numpy(t) for t in outs],
-                         "num_threads": self._threads()},  # fmt: skip
+                options={"outputs": outputs, "num_threads": self._threads()},
             )
             # a view op is judged here and now (its output is torch's own memory, proved
             # equal without reading it), and so is plain elementwise arithmetic or a cast
@@ -236,12 +238,7 @@ class Watcher:
             # to the queue when a worker runs it
             # (a worker process has fpemu's own emulations only: one registered or replaced
             # in this process is run here)
-            if (
-                here
-                or self._queue is None
-                or not builtin(name)
-                or not self._queue.ready()
-            ):
+            if here or self._queue is None or not builtin(name) or not self._queue.ready():
                 apply(row, judge_call(call))
             else:
                 self._queued.append((row, self._queue.submit(judge_call, call)))
@@ -291,18 +288,19 @@ class Watcher:
         """Install the dispatch mode, the module tracker and the phase hooks for the block."""
         from torch.utils.module_tracker import ModuleTracker  # noqa: PLC0415
 
+        from fpemu.offload import Queue  # noqa: PLC0415
         from fpemu.validate.watch.hooks import phase_hooks  # noqa: PLC0415
         from fpemu.validate.watch.mode import WatchMode  # noqa: PLC0415
-
-        from fpemu.offload import Queue  # noqa: PLC0415
 
         self._tracker = ModuleTracker()
         self._queue = Queue()
         try:
             with self._tracker, phase_hooks(self), WatchMode(self):
                 yield self
-            self.settle()
         finally:
-            self._queue.close()
-            self._queue = None
+            try:  # also when the program raised: no row may keep a verdict it was not given
+                self.settle()
+            finally:
+                self._queue.close()
+                self._queue = None
         self.procedure.finish(self)
