@@ -186,3 +186,21 @@ def test_fp16_gemm_with_fp16_subnormal_operands_is_bounded() -> None:
     bounds = em[0].bounds_at(np.arange(32 * 24))
     assert bounds is not None
     assert (bounds[1] >= lost.reshape(-1)).all()
+
+
+@pytest.mark.parametrize("name", ["float32", "bfloat16", "float16"])
+def test_subnormal_test_on_bits_agrees_with_magnitudes(name: str) -> None:
+    """The GEMM's subnormal test reads exponent fields; it must say what comparing the
+    magnitudes with the smallest normal says (float32's, and the format's own)."""
+    from fpemu.validate.ops._num import dtype  # noqa: PLC0415
+
+    rng = np.random.default_rng(5)
+    own_tiny = {"float32": 2.0**-126, "bfloat16": 2.0**-126, "float16": 2.0**-14}[name]
+    for scale in (1.0, 1e-5, 2.0**-16, 2.0**-20, 1e-38, 1e-40, 1e-44, 0.0):
+        x = (rng.standard_normal(500) * scale).astype(np.float32).astype(dtype(name))
+        x[:3] = np.array([0.0, -0.0, 1.0], np.float32).astype(dtype(name))
+        m = np.abs(x.astype(np.float64))
+        has_f32 = bool(((m > 0) & (m < 2.0**-126)).any())
+        has_own = bool(((m > 0) & (m < own_tiny)).any())
+        assert matmul._subnormal(x) == has_f32, scale
+        assert matmul._subnormal(x, own=True) == has_own, scale

@@ -71,7 +71,7 @@ def gemm(
     if call.model is not None:
         return exact(_emulated(call, a, b, c, alpha=alpha, beta=beta))
     a_, b_ = _widened(a), _widened(b)
-    sub_a, sub_b = _below(a_, _F32_TINY), _below(b_, _F32_TINY)
+    sub_a, sub_b = _subnormal(a), _subnormal(b)
     # float32 arithmetic on subnormal operands is ~50x slower on x86 (microcode assists; a
     # bfloat16 logits gradient holds thousands): such a GEMM runs in float64, where they are
     # normal numbers; its value is then nearer the exact sum, and the bound below still holds
@@ -94,9 +94,9 @@ def gemm(
     low = fmt(a) in _TINY or fmt(b) in _TINY
     # a subnormal of the operand's own format (float16's are normal float32 numbers)
     if fmt(a) == "float16":
-        sub_a = _below(a_, _TINY["float16"])
+        sub_a = _subnormal(a, own=True)
     if fmt(b) == "float16":
-        sub_b = _below(b_, _TINY["float16"])
+        sub_b = _subnormal(b, own=True)
     reason = (
         f"{what} summation order: float32 accumulation of K={k} products, two orders within "
         f"2 gamma_(K+3) sum|a b| (Higham 3.5), then one rounding to {name}"
@@ -146,6 +146,28 @@ def gemm(
 def _widened(x: np.ndarray) -> np.ndarray:
     """``x`` as float32 (exact for the low formats and float32) or float64 as it is."""
     return x if x.dtype in (np.float32, np.float64) else x.astype(np.float32)
+
+
+#: format -> (unsigned view, exponent mask, magnitude mask): its subnormals are the nonzero
+#: magnitudes with a zero exponent field
+_FIELDS = {
+    "bfloat16": ("u2", 0x7F80, 0x7FFF),
+    "float16": ("u2", 0x7C00, 0x7FFF),
+    "float32": ("u4", 0x7F800000, 0x7FFFFFFF),
+}
+
+
+def _subnormal(x: np.ndarray, *, own: bool = False) -> bool:
+    """Whether ``x`` holds a float32 subnormal (``own``: a subnormal of its own format), read
+    from the bits: zero exponent fields that are not zeros (two cheap integer counts)."""
+    name = fmt(x)
+    if name == "float16" and not own:
+        return False  # float16 values are normal float32 numbers
+    if name not in _FIELDS or not x.size:
+        return name == "float64" and _below(x, _F32_TINY)
+    view, expo, mag = _FIELDS[name]
+    u = x.view(view)
+    return bool(np.count_nonzero((u & expo) == 0) != np.count_nonzero((u & mag) == 0))
 
 
 def _below(x: np.ndarray, tiny: Any) -> bool:
