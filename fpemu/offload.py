@@ -6,17 +6,21 @@ reads the verdicts when it reports. One worker process (:mod:`fpemu.procpool`'s,
 first use and kept) runs the calls from the front, in order; when the caller asks for the
 results, it runs the calls not yet sent from the back itself, so both cores finish together.
 
-No threads: the caller writes queued calls into the worker's pipe (enlarged to a few MB, not
-blocking: what does not fit waits for the next call to :meth:`Queue.submit`) and reads the
-replies as they come. Feeding threads were tried first: on a virtual machine's cores, each
-chunk a thread writes must take Python's lock back from a busy caller, and the worker starved.
+No threads: the caller writes each queued call into the worker's pipe, a few calls ahead of
+it (the rest wait here, for the caller to take back), without blocking, at every
+:meth:`Queue.submit` and :meth:`Queue.pump`, and reads the replies as they come. Feeding threads
+were tried first: on a virtual machine's cores, each chunk a thread writes must take Python's
+lock back from a busy caller, and the worker starved.
 
-A call's arguments are copied when it is queued (the caller's arrays may change afterwards:
-an optimizer updates its tensors in place), as one pickle whose array buffers travel out of
-band. A call that raised re-raises in :meth:`Queue.results`; the calls of a worker that died
-run in the caller. With no worker ready (:func:`fpemu.procpool.enabled` false, one core, or
-the worker still starting) :meth:`Queue.ready` is False: callers then run their calls
-themselves, at once, rather than pay for the copies.
+A call's arrays are copied when it is queued (the caller's arrays may change afterwards: an
+optimizer updates its tensors in place) into shared memory, a ring the worker maps (a Linux
+memfd), at their own strides (some emulations read the layout: NumPy's pickle would make a
+strided array C-contiguous); the pipe carries only a small pickle. A call that raised
+re-raises in :meth:`Queue.results`; the calls of a worker that died run in the caller. A call
+that cannot travel (no module-level function, an array whose elements lie far apart, a full
+ring) runs in the caller at once. With no worker ready (:func:`fpemu.procpool.enabled` false,
+one core, the worker still starting, no memfd) :meth:`Queue.ready` is False: callers then run
+their calls themselves, at once.
 
 >>> import numpy as np
 >>> q = Queue()
@@ -39,21 +43,15 @@ from fpemu import procpool
 
 __all__ = ["Queue"]
 
-#: Most bytes of queued arguments before :meth:`Queue.submit` runs queued calls itself (a
-#: long watched run must not hold every step's tensors).
-MAX_BYTES = 256 * 2**20
-#: Bytes of shared memory between the caller and its worker (the calls' array buffers; a
-#: call that does not fit goes through the pipe instead).
+#: Bytes of shared memory between the caller and its worker: the arrays of the calls queued
+#: and not yet done (a call that does not fit runs in the caller; a long watched run does
+#: not hold every step's tensors).
 RING = 64 * 2**20
 #: Calls written to the worker and not answered yet, at most (its next ones, so it never waits
 #: for the caller; the others stay queued, for the caller to take back).
 AHEAD = 3
 #: Seconds between two attempts to get a worker while none is ready.
 _RETRY = 0.05
-#: Pipe buffer asked for (Linux ``F_SETPIPE_SZ``; capped by /proc/sys/fs/pipe-max-size): a
-#: typical judgement's message fits whole, so a write rarely waits for the worker.
-_PIPE = 4 * 2**20
-_F_SETPIPE_SZ = 1031
 
 
 class Queue:
@@ -64,8 +62,6 @@ class Queue:
 
     def __init__(self) -> None:
         self._msgs: dict[int, list[Any]] = {}  # ticket -> pickled call, until it is done
-        self._sizes: dict[int, int] = {}
-        self._bytes = 0  # of the calls not sent (those sent wait in the pipe, a few MB)
         self._pending: deque[int] = deque()  # not sent: the worker's from the left
         self._sent: deque[int] = deque()  # written (the first maybe in part), no reply yet
         self._writing: list[memoryview] = []  # what is left of the message being written
@@ -97,8 +93,6 @@ class Queue:
             self._dead = True
             return False
         self._worker = w
-        for fd in (w.wfd, w.rfd):
-            _grow_pipe(fd)
         os.set_blocking(w.wfd, False)
         return True
 
@@ -119,12 +113,8 @@ class Queue:
                 self._results[ticket] = (False, exc)
             return ticket
         self._msgs[ticket] = msg
-        self._sizes[ticket] = size = sum(memoryview(p).nbytes for p in msg)
-        self._bytes += size
         self._pending.append(ticket)
         self._pump()
-        while self._bytes > MAX_BYTES and self._run_one():
-            pass
         return ticket
 
     def _encode(self, ticket: int, obj: Any) -> list[Any]:
@@ -203,7 +193,6 @@ class Queue:
                     if not self._pending or len(self._sent) >= AHEAD:
                         return
                     ticket = self._pending.popleft()
-                    self._bytes -= self._sizes.pop(ticket)
                     self._sent.append(ticket)
                     self._writing = [memoryview(p).cast("B") for p in self._msgs[ticket]]
                 head = self._writing[0]
@@ -249,9 +238,7 @@ class Queue:
         """Run the newest call not sent to the worker, here; False when there is none."""
         if not self._pending:
             return False
-        ticket = self._pending.pop()
-        self._bytes -= self._sizes.pop(ticket)
-        self._run_here(ticket)
+        self._run_here(self._pending.pop())
         return True
 
     def _run_here(self, ticket: int) -> None:
@@ -412,15 +399,3 @@ def _ring_of(w: Any) -> _Ring | None:
         w.fpemu_ring = ring
         _VIEWS[ring.path] = ring.view
     return ring
-
-
-def _grow_pipe(fd: int) -> None:
-    """Enlarge a pipe's buffer where the system allows (Linux); elsewhere leave it."""
-    try:
-        import fcntl  # noqa: PLC0415
-
-        with open("/proc/sys/fs/pipe-max-size") as f:
-            most = int(f.read())
-        fcntl.fcntl(fd, _F_SETPIPE_SZ, min(_PIPE, most))
-    except (OSError, ValueError, ImportError):
-        pass

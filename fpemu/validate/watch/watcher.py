@@ -3,7 +3,10 @@
 For each op the watcher converts torch's inputs to NumPy (copying those an in-place op is about
 to overwrite), lets torch run the op, converts its outputs, and asks the op's emulation
 (:mod:`fpemu.validate.ops`) for fpemu's result **from torch's own inputs**: every finding is
-local to the op that made it. It also notes where the op ran: the training step, the phase
+local to the op that made it. Where a worker process is ready, the judgements that cost more
+than copying their operands go to a queue (:mod:`fpemu.offload`) and the step goes on; their
+verdicts are put into the rows when the report is asked for or the block ends
+(:meth:`Watcher.settle`): the same verdicts, made on the other core. It also notes where the op ran: the training step, the phase
 (``forward``, ``backward``: inside autograd's engine, ``optimizer``: inside ``optimizer.step``
 or ``zero_grad``, ``scaler``: inside a ``GradScaler`` method) and the module (torch's
 ``ModuleTracker``, in the backward too).
