@@ -247,6 +247,26 @@ def _controller() -> Any:
 
 
 @contextmanager
+def numpy_blas_threads(limit: int) -> Iterator[None]:
+    """Hold the BLAS NumPy's own wheel bundles (``libscipy_openblas``: no other library loads
+    it) to ``limit`` threads in this block, and nothing else: a BLAS that torch may share (MKL
+    in some distributions) keeps its threads, so torch computes as it would.
+
+    ``fpemu.watch`` runs its many small NumPy GEMMs under ``numpy_blas_threads(1)``: measured
+    on a 2-core VM with torch on both cores, OpenBLAS's own threads made the watched step 2x
+    slower.
+
+    >>> with numpy_blas_threads(1):
+    ...     pass
+    """
+    restore = _controller().select(prefix="libscipy_openblas").limit(limits=limit)
+    try:
+        yield
+    finally:
+        restore.restore_original_limits()
+
+
+@contextmanager
 def blas_threads(limit: int) -> Iterator[None]:
     """Hold every loaded BLAS to ``limit`` threads in this block (process-wide, nesting and
     concurrent blocks share one limit: the first sets it, the last restores it).

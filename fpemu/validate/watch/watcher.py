@@ -6,7 +6,8 @@ to overwrite), lets torch run the op, converts its outputs, and asks the op's em
 local to the op that made it. Where a worker process is ready, the judgements that cost more
 than copying their operands go to a queue (:mod:`fpemu.offload`) and the step goes on; their
 verdicts are put into the rows when the report is asked for or the block ends
-(:meth:`Watcher.settle`): the same verdicts, made on the other core. It also notes where the op ran: the training step, the phase
+(:meth:`Watcher.settle`): the same verdicts, made on the other core. It also notes where the
+op ran: the training step, the phase
 (``forward``, ``backward``: inside autograd's engine, ``optimizer``: inside ``optimizer.step``
 or ``zero_grad``, ``scaler``: inside a ``GradScaler`` method) and the module (torch's
 ``ModuleTracker``, in the backward too).
@@ -292,13 +293,14 @@ class Watcher:
         from torch.utils.module_tracker import ModuleTracker  # noqa: PLC0415
 
         from fpemu.offload import Queue  # noqa: PLC0415
+        from fpemu.parallel import numpy_blas_threads  # noqa: PLC0415
         from fpemu.validate.watch.hooks import phase_hooks  # noqa: PLC0415
         from fpemu.validate.watch.mode import WatchMode  # noqa: PLC0415
 
         self._tracker = ModuleTracker()
         self._queue = Queue()
         try:
-            with self._tracker, phase_hooks(self), WatchMode(self):
+            with numpy_blas_threads(1), self._tracker, phase_hooks(self), WatchMode(self):
                 yield self
         finally:
             try:  # also when the program raised: no row may keep a verdict it was not given
