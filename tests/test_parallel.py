@@ -19,6 +19,7 @@ import fpemu
 from fpemu import parallel
 from fpemu.nn import functional
 from fpemu.tensorcore.mma import dpa
+from tests.tiles_util import same_bits, values
 
 THREADS = (2, 3, 7)
 
@@ -36,23 +37,6 @@ def small_grain(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
 
     monkeypatch.setattr(parallel, "map_tiles", spy)
     yield seen
-
-
-def bits(x: Any) -> np.ndarray:
-    x = np.asarray(x)
-    return x.view({2: np.uint16, 4: np.uint32, 8: np.uint64}[x.dtype.itemsize])
-
-
-def same_bits(x: Any, y: Any) -> bool:
-    return np.asarray(x).dtype == np.asarray(y).dtype and np.array_equal(bits(x), bits(y))
-
-
-def values(rng: np.random.Generator, shape: tuple[int, ...], fmt: str) -> np.ndarray:
-    """Values exact in ``fmt`` over many binades, with zeros of both signs."""
-    x = rng.standard_normal(shape) * np.exp2(rng.integers(-12, 4, shape))
-    x[rng.random(shape) < 0.1] = 0.0
-    x[rng.random(shape) < 0.05] = -0.0
-    return np.asarray(fpemu.round(x, fmt, overflow="saturate"), dtype=np.float64)
 
 
 # -- the thread count ---------------------------------------------------------------------------

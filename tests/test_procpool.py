@@ -22,6 +22,7 @@ import pytest
 
 import fpemu
 from fpemu import parallel, procpool
+from tests.tiles_util import same_bits, values
 
 
 @pytest.fixture(autouse=True)
@@ -42,23 +43,6 @@ def workers(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[bool]]:
 
     monkeypatch.setattr(procpool, "map_calls", spy)
     yield used
-
-
-def bits(x: Any) -> np.ndarray:
-    x = np.asarray(x)
-    return x.view({2: np.uint16, 4: np.uint32, 8: np.uint64}[x.dtype.itemsize])
-
-
-def same_bits(x: Any, y: Any) -> bool:
-    return np.asarray(x).dtype == np.asarray(y).dtype and np.array_equal(bits(x), bits(y))
-
-
-def values(rng: np.random.Generator, shape: tuple[int, ...], fmt: str) -> np.ndarray:
-    """Values exact in ``fmt`` over many binades, with zeros of both signs."""
-    x = rng.standard_normal(shape) * np.exp2(rng.integers(-12, 4, shape))
-    x[rng.random(shape) < 0.1] = 0.0
-    x[rng.random(shape) < 0.05] = -0.0
-    return np.asarray(fpemu.round(x, fmt, overflow="saturate"), dtype=np.float64)
 
 
 MODELS = [
