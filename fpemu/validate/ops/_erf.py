@@ -37,31 +37,30 @@ _CD = (1.57449261107098347e01, 1.17693950891312499e02, 5.37181101862009858e02,
 ERF64_ERR = 2e-12
 
 
+def _ratio(t: np.ndarray, lead: float, a: Any, b: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Cody's numerator and denominator by Horner in ``t``, in place: the same operations as
+    ``num, den = lead * t, t``, then ``num, den = (num + a_i) * t, (den + b_i) * t`` for all but
+    the last coefficients, then ``num + a_last, den + b_last``."""
+    num, den = lead * t, t.copy()
+    for ai, bi in zip(a[:-1], b[:-1], strict=True):
+        num += ai
+        num *= t
+        den += bi
+        den *= t
+    num += a[-1]
+    den += b[-1]
+    return num, den
+
+
 def _small(y: np.ndarray) -> np.ndarray:
-    # the same operations as ``num, den = (num + a) * z2, (den + b) * z2``, in place
-    z2 = y * y
-    num, den = _CA[4] * z2, z2.copy()
-    for i in range(3):
-        num += _CA[i]
-        num *= z2
-        den += _CB[i]
-        den *= z2
-    num += _CA[3]
-    den += _CB[3]
+    num, den = _ratio(y * y, _CA[4], _CA[:4], _CB)
     num *= y
     num /= den
     return np.asarray(num)
 
 
 def _mid(y: np.ndarray) -> np.ndarray:
-    num, den = _CC[8] * y, y.copy()
-    for i in range(7):
-        num += _CC[i]
-        num *= y
-        den += _CD[i]
-        den *= y
-    num += _CC[7]
-    den += _CD[7]
+    num, den = _ratio(y, _CC[8], _CC[:8], _CD)
     e = y * y
     np.negative(e, out=e)
     np.exp(e, out=e)
