@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from fpemu.validate.twin.model_report import native
-from fpemu.validate.watch.report import VERDICTS, WatchReport
+from fpemu.validate.watch.report import WatchReport
 
 __all__ = ["FINDINGS", "TwinReport", "audit_rows", "tensor_drift"]
 
@@ -154,13 +154,9 @@ class TwinReport:
 
     def summary(self) -> str:
         """One line: the watch's verdict counts and findings, the last step's drift, OK/FAIL."""
-        c = self.counts
-        parts = ", ".join(f"{c[v]} {v}" for v in VERDICTS)
-        n = len(self.procedure)
         return (
-            f"{self.title} ({self.settings.get('mode')}): {len(self.rows)} ops: {parts}; "
-            f"{n} procedure finding{'s' * (n != 1)}{self._drift_text()}: "
-            f"{'OK' if self.ok else 'FAIL'}"
+            f"{self.title} ({self.settings.get('mode')}): {self.watch.counts_line()}"
+            f"{self._drift_text()}: {'OK' if self.ok else 'FAIL'}"
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -56,15 +56,17 @@ class WatchReport:
         """ATen ops without an emulation, with how often each ran."""
         return dict(Counter(r["op"] for r in self.where("not_emulated")))
 
-    def summary(self) -> str:
-        """One line: counts per verdict, findings, OK or FAIL."""
+    def counts_line(self) -> str:
+        """The ops, their counts per verdict and the procedure findings, in words (the body of
+        :meth:`summary`, and of ``compare_torch``'s)."""
         c = self.counts
         parts = ", ".join(f"{c[v]} {v}" for v in VERDICTS)
         n = len(self.procedure)
-        return (
-            f"watch: {len(self.rows)} ops: {parts}; {n} procedure finding{'s' * (n != 1)}: "
-            f"{'OK' if self.ok else 'FAIL'}"
-        )
+        return f"{len(self.rows)} ops: {parts}; {n} procedure finding{'s' * (n != 1)}"
+
+    def summary(self) -> str:
+        """One line: counts per verdict, findings, OK or FAIL."""
+        return f"watch: {self.counts_line()}: {'OK' if self.ok else 'FAIL'}"
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready data."""
