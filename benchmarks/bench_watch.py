@@ -29,6 +29,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import fpemu
 from fpemu import procpool
+from fpemu.validate.twin.torch_twin import default_step
 from tests.watch_zoo import GPT
 
 
@@ -43,19 +44,15 @@ def make(config: str) -> tuple[Any, Any, Any, Any]:
 
 
 def step(model: Any, opt: Any, scaler: Any, batch: Any, config: str) -> None:
+    """The user's step: ``compare_torch``'s default one (zero the gradients, forward and loss
+    under CPU autocast, backward, the optimizer step, through the GradScaler in fp16)."""
     x, y = batch
-    opt.zero_grad(set_to_none=True)
-    dtype = torch.float16 if config == "fp16" else torch.bfloat16
-    with torch.autocast("cpu", dtype=dtype, enabled=config != "fp32"):
-        logits = model(x)
-        loss = torch.nn.functional.cross_entropy(logits.view(-1, 65), y.reshape(-1))
-    if scaler is None:
-        loss.backward()
-        opt.step()
-    else:
-        scaler.scale(loss).backward()
-        scaler.step(opt)
-        scaler.update()
+    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(config)
+    default_step(_loss, dtype)(model, opt, scaler, x, y)
+
+
+def _loss(logits: Any, y: Any) -> Any:
+    return torch.nn.functional.cross_entropy(logits.view(-1, 65), y.reshape(-1))
 
 
 def main() -> None:
