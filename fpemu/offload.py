@@ -114,7 +114,7 @@ class Queue:
             return ticket
         self._msgs[ticket] = msg
         self._pending.append(ticket)
-        self._pump()
+        self.pump()
         return ticket
 
     def _encode(self, ticket: int, obj: Any) -> list[Any]:
@@ -142,7 +142,7 @@ class Queue:
         """Every submitted call's value, in ticket order (waits for the worker; runs the
         calls not sent to it here). The first call that raised re-raises."""
         while True:
-            self._pump()
+            self.pump()
             if not self._run_one():
                 break
         self._drain()
@@ -172,12 +172,8 @@ class Queue:
 
     # -- moving calls -----------------------------------------------------------------------
     def pump(self) -> None:
-        """Move calls along: read the replies that have come, write the next calls (the
+        """Move calls along: read the replies that have come, then write the next calls (the
         caller calls this between its own work, so the worker is never left without)."""
-        self._pump()
-
-    def _pump(self) -> None:
-        """Read the replies that have come, then write what fits of the queued calls."""
         import select  # noqa: PLC0415
 
         w = self._worker

@@ -94,17 +94,11 @@ _HERE = frozenset(
     }
 )  # fmt: skip
 
-#: ATen overload -> whether an output is a view of an input (its schema's alias annotation)
-_VIEWS: dict[Any, bool] = {}
-
 
 def _is_view(func: Any) -> bool:
-    v = _VIEWS.get(func)
-    if v is None:
-        v = _VIEWS[func] = any(
-            r.alias_info is not None and not r.alias_info.is_write for r in func._schema.returns
-        )
-    return v
+    """Whether an output of the ATen overload is a view of an input (its schema's alias
+    annotation); asked once per overload (:data:`_INFO` keeps the answer)."""
+    return any(r.alias_info is not None and not r.alias_info.is_write for r in func._schema.returns)
 
 
 def _capability() -> str:
