@@ -204,3 +204,25 @@ def test_subnormal_test_on_bits_agrees_with_magnitudes(name: str) -> None:
         has_own = bool(((m > 0) & (m < own_tiny)).any())
         assert matmul._subnormal(x) == has_f32, scale
         assert matmul._subnormal(x, own=True) == has_own, scale
+
+
+@pytest.mark.parametrize("name", ["float32", "bfloat16", "float16"])
+def test_subnormal_test_at_the_edges(name: str) -> None:
+    """The words next to the subnormal range: zeros, the smallest normal, infinities and NaN
+    are not subnormals; the smallest and the largest subnormal are (of either sign)."""
+    from fpemu.validate.ops._num import dtype  # noqa: PLC0415
+
+    dt = dtype(name)
+    view = "u4" if name == "float32" else "u2"
+    top = {"float32": 0x007FFFFF, "bfloat16": 0x007F, "float16": 0x03FF}[name]
+    sign = 0x80000000 if name == "float32" else 0x8000
+    inf = {"float32": 0x7F800000, "bfloat16": 0x7F80, "float16": 0x7C00}[name]
+    plain = np.array([0, sign, top + 1, (top + 1) | sign, inf, inf | sign, inf | 1, inf | 0x40],
+                     view).view(dt)  # fmt: skip
+    assert not matmul._subnormal(plain, own=True)
+    for word in (1, top, 1 | sign, top | sign):
+        x = plain.copy()
+        x.view(view)[3] = word
+        assert matmul._subnormal(x, own=True), hex(word)
+        if name != "float16":  # float16's subnormals are normal float32 numbers
+            assert matmul._subnormal(x), hex(word)

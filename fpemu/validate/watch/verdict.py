@@ -24,9 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from fpemu.rounding import round as fround
 from fpemu.validate.ops import Call, Out, lookup
-from fpemu.validate.ops._num import FLOATS, ulp
+from fpemu.validate.ops._num import FLOATS, to, ulp
 from fpemu.validate.ops._num import fmt as fmt_name
 
 __all__ = ["ORDER", "Judged", "apply", "judge", "judge_call"]
@@ -128,8 +127,8 @@ def judge(t: np.ndarray, out: Out) -> Judged:
     # each, covered by widening err by 2 ulps of float64.
     err = err + np.abs(center) * 2.0**-51
     with np.errstate(invalid="ignore", over="ignore"):
-        lo = np.asarray(fround(center - err, name), np.float64)
-        hi = np.asarray(fround(center + err, name), np.float64)
+        lo = to(center - err, name).astype(np.float64)
+        hi = to(center + err, name).astype(np.float64)
     ok = ((tf >= lo) & (tf <= hi)) | (np.isnan(tf) & np.isnan(center))
     if bool(ok.all()):
         return Judged("bounded", cause=out.reason, **base)
