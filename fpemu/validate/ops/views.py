@@ -46,17 +46,18 @@ def _same(call: Call) -> Sequence[Out | None]:
     return [exact(np.array(call.args[0], copy=True))]
 
 
+def _alias(call: Call) -> Sequence[Out | None]:
+    # the input itself: torch's output is a view of the same memory (schema ``Tensor(a)``), so
+    # the judge proves them equal without reading the values
+    return [exact(np.asarray(call.args[0]))]
+
+
 def _dim(d: int, ndim: int) -> int:
     return d + max(ndim, 1) if d < 0 else d
 
 
-register(
-    "aten.detach.default",
-    "aten.alias.default",
-    "aten.lift_fresh.default",
-    "aten.clone.default",
-    "aten.lift_fresh_copy.default",
-)(_same)
+register("aten.detach.default", "aten.alias.default", "aten.lift_fresh.default")(_alias)
+register("aten.clone.default", "aten.lift_fresh_copy.default")(_same)
 
 
 @register(

@@ -28,7 +28,7 @@ from fpemu.validate.ops import Call, Out, lookup
 from fpemu.validate.ops._num import FLOATS, to, ulp
 from fpemu.validate.ops._num import fmt as fmt_name
 
-__all__ = ["ORDER", "Judged", "apply", "judge", "judge_call"]
+__all__ = ["ORDER", "Judged", "apply", "judge", "judge_call", "judge_view"]
 
 #: verdicts from best to worst; a row's verdict is the worst over its outputs
 ORDER = ("identical", "bounded", "not_emulated", "policy", "differs")
@@ -47,6 +47,9 @@ class Judged:
     torch_value: float | None = None
     fpemu_value: float | None = None
     cause: str = ""
+    #: identical by the same-memory proof (torch's output is the emulation's view, at the same
+    #: address and strides: equal for any values), not by comparing these values
+    by_layout: bool = False
 
 
 def _bits(a: np.ndarray) -> np.ndarray:
@@ -81,7 +84,7 @@ def judge(t: np.ndarray, out: Out) -> Judged:
     if t.size and t.strides == v.strides and _address(t) == _address(v):
         # the same memory read the same way (a view op's output and its emulation, both views
         # of torch's own storage): the same bits, proved without reading them
-        return Judged("identical", t.size)
+        return Judged("identical", t.size, by_layout=True)
     is_float = _is_float(t)
     diff = np.asarray(t != v) if not is_float else _bits(t) != _bits(v)
     idx = np.flatnonzero(diff)
@@ -154,24 +157,34 @@ def judge_call(call: Call) -> dict[str, Any]:
     >>> judge_call(c)["verdict"]
     'identical'
     """
+    return judge_view(call)[0]
+
+
+def judge_view(call: Call) -> tuple[dict[str, Any], bool]:
+    """:func:`judge_call`'s fields, and whether every output was proved identical by the
+    same-memory proof (each is the emulation's view of the same memory: equal for any values
+    with the same layout, which lets the watcher judge a repeated view by its layout)."""
     emulation = lookup(call.op)
     outs = call.options["outputs"]
     row: dict[str, Any] = {"verdict": "identical", "cause": "", "n": 0, "ndiff": 0, "ulps": 0.0}
     if emulation is None:
-        return {**row, "verdict": "not_emulated", "cause": "no emulation of this ATen op"}
+        return {**row, "verdict": "not_emulated", "cause": "no emulation of this ATen op"}, False
     try:
         emulated = list(emulation(call))
     except Exception as exc:  # an emulation bug must surface as a row, not vanish
         return {**row, "verdict": "not_emulated",
-                "cause": f"emulation raised {type(exc).__name__}: {exc}"}  # fmt: skip
+                "cause": f"emulation raised {type(exc).__name__}: {exc}"}, False  # fmt: skip
     if len(emulated) != len(outs):
-        return {**row, "verdict": "not_emulated",
-                "cause": f"emulation gave {len(emulated)} outputs, torch {len(outs)}"}  # fmt: skip
+        why = f"emulation gave {len(emulated)} outputs, torch {len(outs)}"
+        return {**row, "verdict": "not_emulated", "cause": why}, False
     worst: Judged | None = None
+    layout = bool(outs)
     for t, out in zip(outs, emulated, strict=True):
         if out is None:
+            layout = False
             continue
         j = judge(t, out)
+        layout = layout and j.by_layout
         row["n"] += j.n
         row["ndiff"] += j.ndiff
         row["ulps"] = max(row["ulps"], j.ulps)
@@ -183,7 +196,7 @@ def judge_call(call: Call) -> dict[str, Any]:
         if worst.first is not None:
             row.update(first=list(worst.first), torch_value=worst.torch_value,
                        fpemu_value=worst.fpemu_value)  # fmt: skip
-    return row
+    return row, layout
 
 
 def apply(row: dict[str, Any], fields: dict[str, Any]) -> None:

@@ -25,10 +25,11 @@ from collections.abc import Iterator
 from typing import Any
 
 from fpemu.validate.ops import Call, builtin, lookup
+from fpemu.validate.watch import layouts
 from fpemu.validate.watch.convert import dtype_name, tensor_dtypes, to_numpy, tree_to_numpy
 from fpemu.validate.watch.schema import outputs as op_outputs
 from fpemu.validate.watch.schema import written_ids
-from fpemu.validate.watch.verdict import ORDER, apply, judge_call
+from fpemu.validate.watch.verdict import ORDER, apply, judge_call, judge_view
 
 __all__ = ["ORDER", "Watcher"]
 #: namespaces whose ops are bookkeeping, not arithmetic (profiler ranges)
@@ -47,14 +48,16 @@ _SKIP = frozenset(
 
 _MISSING = "no emulation of this ATen op in fpemu"
 #: ATen overload -> (its name, whether it is skipped, whether it is judged in the step's
-#: thread even where a worker runs): ``str`` of an overload formats it anew each time
-_INFO: dict[Any, tuple[str, bool, bool]] = {}
+#: thread even where a worker runs, whether it is a view): ``str`` of an overload formats it
+#: anew each time
+_INFO: dict[Any, tuple[str, bool, bool, bool]] = {}
 
 
-def _info_of(func: Any) -> tuple[str, bool, bool]:
+def _info_of(func: Any) -> tuple[str, bool, bool, bool]:
     name = str(func)
     skip = name in _SKIP or name.startswith(_SKIP_NS)
-    return name, skip, _is_view(func) or name.split(".")[1] in _HERE
+    view = _is_view(func)
+    return name, skip, view or name.split(".")[1] in _HERE, view
 
 
 #: random-number ops: their values come from torch's generator, there is nothing to recompute
@@ -196,7 +199,7 @@ class Watcher:
         info = _INFO.get(func)
         if info is None:
             info = _INFO[func] = _info_of(func)
-        name, skip, here = info
+        name, skip, here, view = info
         if self._internal or skip:
             return func(*args, **kwargs)
         t0 = time.perf_counter()
@@ -207,7 +210,7 @@ class Watcher:
             self._stepped = False
         emulation = lookup(name)
         np_args = np_kwargs = None
-        if emulation is not None:
+        if emulation is not None and not view:  # a view's inputs are read after it ran
             ids = written_ids(func, args, kwargs)
             np_args = tree_to_numpy(args, copy_ids=ids)
             np_kwargs = tree_to_numpy(kwargs, copy_ids=ids)
@@ -218,9 +221,19 @@ class Watcher:
             self._queue.pump()
         outs = op_outputs(func, args, kwargs, result)
         row = self._row(name, phase, args, kwargs, outs)
+        key = layout = None
+        if emulation is not None and view:
+            key = layouts.key(name, emulation, args, kwargs)
+            layout = layouts.of(args[0], outs) if key is not None else None
         if emulation is None:
             row.update(verdict="not_emulated", cause=_RANDOM.get(name.split(".")[1], _MISSING))
+        elif layout is not None and layouts.seen(key, layout):
+            # the same view of the same layout as one proved identical by the same-memory
+            # proof: torch's outputs lie where the emulation's views lie, for any values
+            row["n"] = sum(t.numel() for t in outs)
         else:
+            if np_args is None:
+                np_args, np_kwargs = tree_to_numpy(args), tree_to_numpy(kwargs)
             outputs = [to_numpy(t) for t in outs]
             call = Call(
                 name,
@@ -236,7 +249,12 @@ class Watcher:
             # to the queue when a worker runs it
             # (a worker process has fpemu's own emulations only: one registered or replaced
             # in this process is run here)
-            if here or self._queue is None or not builtin(name) or not self._queue.ready():
+            if view:
+                fields, by_layout = judge_view(call)
+                apply(row, fields)
+                if by_layout and layout is not None:
+                    layouts.remember(key, layout)
+            elif here or self._queue is None or not builtin(name) or not self._queue.ready():
                 apply(row, judge_call(call))
             else:
                 self._queued.append((row, self._queue.submit(judge_call, call)))
