@@ -82,9 +82,10 @@ def tree_to_numpy(obj: Any, *, copy_ids: frozenset[int] = frozenset()) -> Any:
 
     Tensors whose ``id`` is in ``copy_ids`` are copied (an in-place op will overwrite them).
     """
-    import torch  # noqa: PLC0415
-
-    tensor, dtype = torch.Tensor, torch.dtype
+    if not obj:
+        return obj
+    types = _types()
+    tensor, dtype = types
 
     def one(x: Any) -> Any:  # a plain recursion: ATen arguments nest lists at most once
         if isinstance(x, tensor):
@@ -102,19 +103,27 @@ def tree_to_numpy(obj: Any, *, copy_ids: frozenset[int] = frozenset()) -> Any:
 
 def tensor_dtypes(obj: Any) -> list[str]:
     """The dtype names of every tensor inside ``obj`` (tuples, lists, dicts), in order."""
-    import torch  # noqa: PLC0415
-
     out: list[str] = []
-
-    def walk(x: Any) -> None:
-        if isinstance(x, torch.Tensor):
+    if not obj:
+        return out
+    tensor = _types()[0]
+    for x in obj.values() if isinstance(obj, dict) else obj:
+        if isinstance(x, tensor):
             out.append(dtype_name(x.dtype))
-        elif isinstance(x, (list, tuple)):
-            for v in x:
-                walk(v)
-        elif isinstance(x, dict):
-            for v in x.values():
-                walk(v)
-
-    walk(obj)
+        elif isinstance(x, (list, tuple, dict)):  # ATen nests tensor lists once; dicts walk on
+            out += tensor_dtypes(x)
     return out
+
+
+_TYPES: tuple[Any, Any] | None = None
+
+
+def _types() -> tuple[Any, Any]:
+    """``(torch.Tensor, torch.dtype)``, imported once (torch is optional: only the watcher
+    calls these)."""
+    global _TYPES
+    if _TYPES is None:
+        import torch  # noqa: PLC0415
+
+        _TYPES = (torch.Tensor, torch.dtype)
+    return _TYPES
