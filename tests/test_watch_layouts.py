@@ -119,3 +119,75 @@ def test_an_emulation_replaced_since_judges_anew(monkeypatch: pytest.MonkeyPatch
     with fpemu.watch() as w:
         x.t()
     assert [r["verdict"] for r in w.report().rows] == ["differs"]
+
+
+# -- as_strided: a view placed by an absolute storage offset ------------------------------------
+
+
+def test_as_strided_views_are_judged() -> None:
+    """``as_strided`` on a tensor that starts inside its storage (a slice), with and without an
+    explicit offset, and ``as_strided_``: the emulation places its view in the whole storage."""
+    base = torch.arange(24.0)
+    x = base[5:]  # storage offset 5
+    with fpemu.watch() as w:
+        a = x.as_strided((3, 4), (1, 3))  # from x's own offset
+        b = x.as_strided((2, 2), (4, 1), 2)  # an absolute offset before x's start
+        y = base[1:].clone()[2:]
+        y.as_strided_((2, 3), (3, 1), 4)
+    assert a[1, 0].item() == 6.0 and b[0, 0].item() == 2.0 and y[0, 0].item() == 5.0
+    rows = [r for r in w.report().rows if r["op"].startswith("aten.as_strided")]
+    assert [r["op"] for r in rows] == ["aten.as_strided.default"] * 2 + ["aten.as_strided_.default"]
+    assert [(r["verdict"], r["n"]) for r in rows] == [("identical", 12), ("identical", 4),
+                                                     ("identical", 6)]  # fmt: skip
+
+
+def test_channels_last_global_pooling_is_emulated() -> None:
+    """A channels-last CNN with global average pooling: torch's backward of the pooling runs
+    ``as_strided``/``as_strided_``; nothing is left not emulated."""
+    torch.manual_seed(0)
+    nn = torch.nn
+    net = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
+                        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 4))  # fmt: skip
+    net = net.to(memory_format=torch.channels_last)
+    opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
+    x = torch.randn(6, 3, 8, 8, generator=torch.Generator().manual_seed(1))
+    x = x.to(memory_format=torch.channels_last)
+    y = torch.randint(0, 4, (6,), generator=torch.Generator().manual_seed(2))
+    with fpemu.watch() as w:
+        for _ in range(2):
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = torch.nn.functional.cross_entropy(net(x), y)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+    r = w.report()
+    assert any(row["op"].startswith("aten.as_strided") for row in r.rows)
+    assert r.counts["not_emulated"] == r.counts["differs"] == r.counts["policy"] == 0
+
+
+def test_an_as_strided_kernel_one_element_off_differs() -> None:
+    lib = torch.library.Library("aten", "IMPL")
+
+    def shifted(t: Any, size: Any, stride: Any, offset: Any = None) -> Any:
+        start = t.storage_offset() if offset is None else offset  # one element further
+        return torch.empty(0, dtype=t.dtype).set_(t.untyped_storage(), start + 1, size, stride)
+
+    with warnings.catch_warnings():  # torch warns that it overrides its own kernel: intended
+        warnings.simplefilter("ignore", UserWarning)
+        lib.impl("as_strided", shifted, "CPU")
+    try:
+        with fpemu.watch() as w:
+            torch.arange(10.0).as_strided((2, 2), (2, 1))
+    finally:
+        del lib
+    rows = [r for r in w.report().rows if r["op"] == "aten.as_strided.default"]
+    assert [r["verdict"] for r in rows] == ["differs"]
+
+
+def test_as_strided_without_the_storage_is_not_judged() -> None:
+    """Called without ``options["storage"]`` (``emulate`` runs torch's own view kernels) the
+    emulation judges nothing rather than guess where the storage starts."""
+    call = ops.Call("aten.as_strided.default", (np.zeros(4, np.float32), [2], [1]), {},
+                    ("float32",))  # fmt: skip
+    emulation = ops.lookup("aten.as_strided.default")
+    assert emulation is not None and list(emulation(call)) == [None]

@@ -291,6 +291,27 @@ def _select_backward(call: Call) -> Sequence[Out | None]:
     return [exact(out)]
 
 
+@register("aten.as_strided.default", "aten.as_strided_.default")
+def _as_strided(call: Call) -> Sequence[Out | None]:
+    """``as_strided(self, size, stride, storage_offset=None)``: a view of the tensor's whole
+    storage (its offset is absolute, not relative to ``self``), so it needs
+    ``call.options["storage"]``: ``(the storage's bytes as a uint8 array, self's storage offset
+    before the op)``, which ``watch`` passes. NumPy checks that the view lies inside the
+    storage. Without it (``emulate``, where torch's own kernel runs views) nothing is judged."""
+    storage = call.options.get("storage")
+    if storage is None:
+        return [None]
+    buf, self_offset = storage
+    a = np.asarray(call.args[0])
+    offset = call.arg(3, "storage_offset")
+    item = a.dtype.itemsize
+    start = (self_offset if offset is None else int(offset)) * item
+    strides = tuple(int(st) * item for st in call.arg(2, "stride"))
+    view = np.ndarray(tuple(call.arg(1, "size")), a.dtype, buffer=buf, offset=start,
+                      strides=strides)  # fmt: skip
+    return [exact(view)]
+
+
 @register("aten.slice_backward.default")
 def _slice_backward(call: Call) -> Sequence[Out | None]:
     g = np.asarray(call.args[0])

@@ -93,9 +93,12 @@ _HERE = frozenset(
         "zero_", "add", "add_", "sub", "sub_", "mul", "mul_", "div", "div_", "neg", "neg_",
         "abs", "abs_", "eq", "ne", "lt", "le", "gt", "ge", "where", "masked_fill",
         "masked_fill_", "lift_fresh", "lift_fresh_copy", "scalar_tensor", "full", "arange",
-        "addcdiv", "addcdiv_",
+        "addcdiv", "addcdiv_", "as_strided", "as_strided_",
     }
 )  # fmt: skip
+#: ops whose emulation needs the first tensor's whole storage and its offset (``as_strided``
+#: places its view by an absolute storage offset): read before the op (``as_strided_`` moves it)
+_STORAGE = frozenset({"aten.as_strided.default", "aten.as_strided_.default"})
 
 
 def _is_view(func: Any) -> bool:
@@ -210,6 +213,7 @@ class Watcher:
             self._stepped = False
         emulation = lookup(name)
         np_args = np_kwargs = None
+        storage = self._storage(args[0]) if name in _STORAGE and emulation is not None else None
         if emulation is not None and not view:  # a view's inputs are read after it ran
             ids = written_ids(func, args, kwargs)
             np_args = tree_to_numpy(args, copy_ids=ids)
@@ -222,7 +226,7 @@ class Watcher:
         outs = op_outputs(func, args, kwargs, result)
         row = self._row(name, phase, args, kwargs, outs)
         key = layout = None
-        if emulation is not None and view:
+        if emulation is not None and view and name not in _STORAGE:  # as_strided: in full
             key = layouts.key(name, emulation, args, kwargs)
             layout = layouts.of(args[0], outs) if key is not None else None
         if emulation is None:
@@ -243,6 +247,8 @@ class Watcher:
                 capability=self.capability,
                 options={"outputs": outputs, "num_threads": self._threads()},
             )
+            if storage is not None:
+                call.options["storage"] = storage
             # a view op is judged here and now (its output is torch's own memory, proved
             # equal without reading it), and so is plain elementwise arithmetic or a cast
             # (copying its operands for a worker costs more than judging them); the others go
@@ -276,6 +282,17 @@ class Watcher:
         self._queued.clear()
         self.worker_judgements = self._queue.worker_calls
         self.seconds += time.perf_counter() - t0
+
+    def _storage(self, t: Any) -> Any:
+        """``(t``'s whole storage as a uint8 array (its memory, not a copy), ``t``'s storage
+        offset)``, or None for an argument that is not a CPU tensor."""
+        import torch  # noqa: PLC0415
+
+        if not isinstance(t, torch.Tensor) or not t.is_cpu:
+            return None
+        with self.internal():  # the watcher's own op (set_), not the program's
+            whole = torch.empty(0, dtype=torch.uint8).set_(t.untyped_storage())
+        return whole.numpy(), t.storage_offset()
 
     def _row(
         self, name: str, phase: str, args: Any, kwargs: Any, outs: list[Any]
