@@ -1,5 +1,6 @@
 """The op table's visible roundings (fpemu.validate.ops._num.to): float32 to bfloat16/float16 by
-ml_dtypes'/NumPy's casts, checked against fpemu.round and the exact reference."""
+ml_dtypes'/NumPy's casts, and float64 to bfloat16 by to_low64 (through float32, midpoints
+redone), checked against fpemu.round and the exact reference."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import numpy as np
 import pytest
 
 from fpemu.rounding import round as fround
-from fpemu.validate.ops._num import to
+from fpemu.validate.ops._num import to, to_low64
 from reference.rounding import round_float
 from reference.spec import BFLOAT16, FLOAT16
 
@@ -53,3 +54,69 @@ def test_float32_to_16_bit_is_round_to_nearest_even(name: str) -> None:
     for v in rng.choice(finite, 3000, replace=False).tolist():
         r = float(np.asarray(to(np.float32([v]), name)).astype(np.float64)[0])
         assert r == round_float(v, spec, "rne"), v
+
+
+def _float64_traps() -> np.ndarray:
+    """float64 values where a double rounding through float32 goes wrong or nearly: every
+    bfloat16 midpoint (subnormal ones and the overflow threshold 0x7F7F8000 included) and its
+    float64 neighbours one and two ulps away (which round to the midpoint in float32), every
+    bfloat16 value, the float32 neighbours of both, beyond float32's range and below its
+    smallest subnormal, and the specials."""
+    words = np.arange(1 << 16, dtype=np.uint32)
+    words = words[(words & 0x7F80) != 0x7F80].astype(np.uint16)  # finite bfloat16 only
+    v = np.unique(words.view(ml_dtypes.bfloat16).astype(np.float64))
+    top = float(ml_dtypes.finfo(ml_dtypes.bfloat16).max)
+    mids = np.concatenate([(v[:-1] + v[1:]) / 2, [top + 2.0**119, -(top + 2.0**119)]])
+    base = np.concatenate([v, mids])
+    out = [base]
+    for k in (1, 2):
+        for side in (np.inf, -np.inf):
+            x = base.copy()
+            for _ in range(k):
+                x = np.nextafter(x, side)
+            out.append(x)
+    for side in (np.inf, -np.inf):  # float32 neighbours
+        out.append(np.nextafter(base.astype(np.float32), np.float32(side)).astype(np.float64))
+    tiny = 2.0**-150  # half the smallest float32 subnormal
+    out.append(np.float64([np.inf, -np.inf, np.nan, -np.nan, 0.0, -0.0, 3.5e38, -1e300, 1e300,
+                           tiny, -tiny, np.nextafter(tiny, 1.0), np.nextafter(tiny, 0.0), 1e-46,
+                           2.0**-149 * 1.5, 3.4028235e38, 3.4028236e38]))  # fmt: skip
+    return np.concatenate(out)
+
+
+def test_to_low64_bfloat16_equals_round_on_ties_and_neighbours() -> None:
+    """to_low64 (double rounding through float32 with its midpoints redone) gives, bit for
+    bit, fpemu.round's direct rounding of the float64 value, and the exact reference on a
+    sample (and on every element where the double rounding alone would be wrong)."""
+    x = _float64_traps()
+    with np.errstate(all="ignore"):
+        got = to_low64(x, "bfloat16")
+        want = np.asarray(fround(x, "bfloat16")).astype(ml_dtypes.bfloat16)
+        naive = x.astype(np.float32).astype(ml_dtypes.bfloat16)
+    assert got.dtype == ml_dtypes.bfloat16 and got.shape == x.shape
+    assert (got.view(np.uint16) == want.view(np.uint16)).all()  # NaN bits too
+    wrong = np.flatnonzero(naive.view(np.uint16) != want.view(np.uint16))
+    assert wrong.size > 1000  # the traps do trap the naive double rounding
+    rng = np.random.default_rng(1)
+    finite = np.flatnonzero(np.isfinite(x))
+    for i in np.concatenate([wrong, rng.choice(finite, 3000, replace=False)]).tolist():
+        r = float(got[i].astype(np.float64))
+        assert r == round_float(float(x[i]), BFLOAT16, "rne") or (r == 0 == x[i]), x[i]
+
+
+def test_to_low64_shapes_and_other_formats() -> None:
+    """Any shape (0-d, strided views) keeps to's result; float16, float32 and float32 input
+    are to's own path."""
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((4, 6, 5)) * 2.0 ** rng.integers(-140, 130, (4, 6, 5))
+    x[1, 2, 3] = 1 + 2**-8 + 2**-40  # rounds to the midpoint 1 + 2^-8 in float32
+    for a in (x, x[:, ::2].swapaxes(0, 2), x[1, 2, 3], np.float64(0.1)):
+        with np.errstate(all="ignore"):
+            got, want = to_low64(a, "bfloat16"), to(a, "bfloat16")
+        assert got.shape == np.shape(a) and got.dtype == want.dtype
+        assert (np.asarray(got).view(np.uint16) == np.asarray(want).view(np.uint16)).all()
+    for name in ("float16", "float32"):
+        with np.errstate(all="ignore"):
+            got, want = to_low64(x, name), to(x, name)
+        assert (got == want).all() and got.dtype == want.dtype
+    assert to_low64(x.astype(np.float32), "bfloat16").dtype == ml_dtypes.bfloat16

@@ -18,7 +18,7 @@ import numpy as np
 
 from fpemu.rounding import round as fround
 
-__all__ = ["FLOATS", "LOW", "dtype", "fmt", "is_float", "opmath", "to", "ulp"]
+__all__ = ["FLOATS", "LOW", "dtype", "fmt", "is_float", "opmath", "to", "to_low64", "ulp"]
 
 _DT: dict[str, np.dtype[Any]] = {
     "float64": np.dtype(np.float64),
@@ -99,6 +99,50 @@ def to(x: Any, name: str) -> np.ndarray:
             return arr.astype(dt)
     wide = arr.astype(np.float64) if arr.dtype != np.float64 else arr
     return np.asarray(fround(wide, name)).astype(dt)
+
+
+def to_low64(x: Any, name: str) -> np.ndarray:
+    """Round float64 ``x`` to ``name`` (RNE), bit for bit :func:`to`'s result, faster for
+    bfloat16.
+
+    bfloat16: the double rounding float64 -> float32 -> bfloat16 (two hardware/ml_dtypes RNE
+    casts) equals the direct rounding except where the float32 value is exactly a midpoint
+    of bfloat16 (its low 16 bits 0x8000): bfloat16's midpoints are float32 values (its values
+    are the float32 values with zero low 16 bits, subnormals included, and its overflow
+    threshold 0x7F7F8000 is one), so by monotony x lies strictly between the same two
+    midpoints as RN32(x) unless RN32(x) is one. Those elements are redone from the sign of
+    |x| - |RN32(x)|, NaN through :func:`to` (its bits); ~5 passes instead of
+    :func:`fpemu.round`'s general path (~3x faster on 64k elements, measured). float16: the
+    same double rounding needs NumPy's float32 -> float16 cast, which alone costs about what
+    :func:`to` does (measured), so float16 (and every other format) is :func:`to`.
+
+    >>> x = np.float64([1 + 2**-8 + 2**-40, 1 + 2**-8, -(2**-133) * 1.5, 3.4e38])
+    >>> to_low64(x, "bfloat16").astype(np.float64).tolist()
+    [1.0078125, 1.0, -1.8367099231598242e-40, inf]
+    """
+    arr = np.asarray(x)
+    if name != "bfloat16" or arr.dtype != np.float64:
+        return to(arr, name)
+    with np.errstate(over="ignore", invalid="ignore"):
+        y = arr.astype(np.float32, order="C")  # RNE (overflow to inf: so is the direct rounding)
+        r = y.astype(_DT[name])  # ml_dtypes: RNE from the float32 value
+    yb = y.reshape(-1).view(np.uint32)
+    fix = np.equal(np.bitwise_and(yb, 0xFFFF), 0x8000)  # a midpoint of bfloat16
+    fix |= np.isnan(y.reshape(-1))
+    idx = np.flatnonzero(fix)
+    if idx.size:
+        xs, ys = arr.reshape(-1)[idx], y.reshape(-1)[idx]
+        # y = (h + 1/2) units of bfloat16 (h its upper 16 bits, the magnitude's truncation): the
+        # direct rounding of x is h + 1 (the next word, inf after the largest finite) where
+        # |x| > |y|, h where |x| < |y|, and y's own tie to even where x = y
+        h = (yb[idx] >> 16).astype(np.uint16)
+        h += (np.abs(xs) > np.abs(ys)).astype(np.uint16)
+        words = np.where(xs == ys, r.reshape(-1)[idx].view(np.uint16), h)
+        r.reshape(-1)[idx] = words.view(_DT[name])
+        nan = np.flatnonzero(np.isnan(ys))
+        if nan.size:  # NaN: to's own bits
+            r.reshape(-1)[idx[nan]] = to(xs[nan], name)
+    return r
 
 
 def ulp(v: Any, name: str) -> np.ndarray:

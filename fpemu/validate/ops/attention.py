@@ -57,7 +57,7 @@ from fpemu.validate.ops._attention_bound import (
     widen,
 )
 from fpemu.validate.ops._fma import U32, gamma
-from fpemu.validate.ops._num import to
+from fpemu.validate.ops._num import to_low64
 
 __all__ = ["flash_attention", "flash_attention_backward"]
 
@@ -281,8 +281,8 @@ def flash_attention(call: Call) -> list[Out | None]:
     _no_dropout(call)
     o, e_o, lse, e_l = _forward_bound(call)
     why = _REASON_F if call.model is None else _REASON_EMU
-    return [bounded(to(o, call.out_dtypes[0]), e_o, why, center=o),
-            bounded(to(lse, call.out_dtypes[1]), e_l, why, center=lse)]  # fmt: skip
+    return [bounded(to_low64(o, call.out_dtypes[0]), e_o, why, center=o),
+            bounded(to_low64(lse, call.out_dtypes[1]), e_l, why, center=lse)]  # fmt: skip
 
 
 _REASON_B = ("flash attention backward: p = exp(s - lse) (1 ulp), float32 GEMMs (order "
@@ -323,7 +323,7 @@ def flash_attention_backward(call: Call) -> list[Out | None]:
         ds = p * (_mm(go, np.swapaxes(v, -1, -2)) - (go * out).sum(-1, keepdims=True))
         centers = (scale * _mm(ds, k), scale * _mm(np.swapaxes(ds, -1, -2), q),
                    _mm(np.swapaxes(p, -1, -2), go))  # fmt: skip
-        return [bounded(to(x, nm), np.inf, _REASON_EMU, center=x)
+        return [bounded(to_low64(x, nm), np.inf, _REASON_EMU, center=x)
                 for x, nm in zip(centers, names, strict=True)]  # fmt: skip
     bq = -(-lq // _q_block(lq))
     bk = -(-lk // _KV_BLOCK)
@@ -402,6 +402,6 @@ def flash_attention_backward(call: Call) -> list[Out | None]:
     e_dq, e_dk = out_e
     dq = scale * _mm(ds, k, "dq", out=True)
     dk = scale * _mm(np.swapaxes(ds, -1, -2), q, "dk", out=True)
-    return [bounded(to(dq, names[0]), e_dq, _REASON_B, center=dq),
-            bounded(to(dk, names[1]), e_dk, _REASON_B, center=dk),
-            bounded(to(dv, names[2]), e_dv, _REASON_B, center=dv)]  # fmt: skip
+    return [bounded(to_low64(dq, names[0]), e_dq, _REASON_B, center=dq),
+            bounded(to_low64(dk, names[1]), e_dk, _REASON_B, center=dk),
+            bounded(to_low64(dv, names[2]), e_dv, _REASON_B, center=dv)]  # fmt: skip
