@@ -11,7 +11,8 @@ old/new; the same for the whole judgement of the call
 against it, which reads the bounds only where the bits differ); how the bounds compare,
 elementwise over every output: ``looser`` is max(new err / old err) - 1 and ``tighter`` is
 max(old err / new err) - 1 (the new bound may be looser only by its documented float32
-widening); whether the values agree bit for bit and judge_call's rows are equal.
+widening); whether the values and the centers agree bit for bit and judge_call's rows are
+equal.
 Pin the threads on a shared machine:
 ``OMP_NUM_THREADS=1 python benchmarks/bench_attention_ops.py [--configs bf16 fp32]``.
 """
@@ -126,13 +127,14 @@ def interleaved(old: Any, new: Any, call: Any, repeats: int) -> tuple[float, flo
 
 
 def compare(old: list[Any], new: list[Any]) -> tuple[float, float, bool]:
-    """(looser, tighter, same values) over every output element."""
+    """(looser, tighter, same values and centers, bit for bit) over every output element."""
     looser = tighter = 0.0
     same = True
     for o, n in zip(old, new, strict=True):
         same &= bool((o.value.view(np.uint8) == n.value.view(np.uint8)).all())
         idx = np.arange(np.size(o.value))
-        (_, eo), (_, en) = o.bounds_at(idx), n.bounds_at(idx)
+        (co, eo), (cn, en) = o.bounds_at(idx), n.bounds_at(idx)
+        same &= bool((co.view(np.uint64) == cn.view(np.uint64)).all())  # the centers too
         with np.errstate(divide="ignore", invalid="ignore"):
             r = en / eo
         r = r[np.isfinite(r) & (eo > 0)]

@@ -173,6 +173,42 @@ def test_emulate_value_is_the_watch_center(dt: torch.dtype, case: tuple) -> None
             assert w is not None and e is not None and np.isinf(e.err).all()
             assert w.value.dtype == e.value.dtype
             assert (w.value.view(np.uint8) == e.value.view(np.uint8)).all()
+            _same_centers(w, e)
+
+
+def _same_centers(w: Out | None, e: Out | None) -> None:
+    """The float64 centers agree bit for bit (any NaN equals any NaN)."""
+    assert w is not None and e is not None
+    idx = np.arange(w.value.size)
+    bw, be = w.bounds_at(idx), e.bounds_at(idx)
+    assert bw is not None and be is not None
+    (cw, _), (ce, _) = bw, be
+    same = (cw.view(np.uint64) == ce.view(np.uint64)) | (np.isnan(cw) & np.isnan(ce))
+    assert same.all(), (cw[~same][:3], ce[~same][:3])
+
+
+@pytest.mark.parametrize("dt", DTYPES, ids=str)
+def test_backward_with_a_non_finite_logsumexp_keeps_the_centers(dt: torch.dtype) -> None:
+    """The watch path zeroes the masked probabilities itself only for a finite logsumexp; rows
+    whose given lse is -inf, +inf or NaN (-inf - lse is NaN, not -inf) keep the plain order:
+    the centers equal the emulate path's (exp(s - lse) with -inf at masked keys) bit for bit,
+    causal and with a -inf mask."""
+    q, k, v, _, _, go = _inputs(dt, (9, 9, 8, True, False, 1.0), 6)
+    out, lse = _run(FWD, q, k, v, 0.0, True)
+    bad = lse.clone()
+    bad[0, 0, 1], bad[0, 1, 3], bad[1, 0, 0] = -float("inf"), float("inf"), float("nan")
+    mask = torch.zeros(9, 9)
+    mask[4, :3] = -float("inf")
+    for lse_in, kw in ((bad, {}), (lse, {"attn_mask": mask}), (bad, {"attn_mask": mask})):
+        args = (go, q, k, v, out, lse_in, 0.0, True)
+        np_args = tuple(to_numpy(a) if isinstance(a, torch.Tensor) else a for a in args)
+        np_kw = {n: to_numpy(t) for n, t in kw.items()}
+        call = Call(str(BWD), np_args, np_kw, (_fmt(to_numpy(q)),) * 3)
+        with np.errstate(all="ignore"):  # the bounds of such rows are inf/NaN (then inf)
+            watched = lookup(str(BWD))(call)
+            emulated = lookup(str(BWD))(dataclasses.replace(call, model="fast"))
+        for w, e in zip(watched, emulated, strict=True):
+            _same_centers(w, e)
 
 
 def test_expm1_up_bounds_expm1_from_above() -> None:
@@ -223,3 +259,21 @@ def test_float32_constants_round_up() -> None:
         assert f.dtype == np.float32 and Fraction(float(f)) >= Fraction(c)
         below = np.nextafter(f, np.float32(0))
         assert Fraction(float(below)) < Fraction(c)
+
+
+def test_numpy_exp_lanes_do_not_depend_on_masked_neighbours() -> None:
+    """What the watch path's probs relies on: numpy's float64 exp gives an element the same
+    bits whether its neighbours are -inf (masked keys: the slow path) or 0, at every
+    alignment, underflowing and subnormal results included."""
+    rng = np.random.default_rng(8)
+    for _ in range(200):
+        n = int(rng.integers(1, 3000))
+        x = -np.abs(rng.standard_normal(n)) * 10.0 ** rng.uniform(-3, 3.2, n)
+        m = rng.random(n) < rng.random()
+        off = int(rng.integers(0, 8))
+        a, b = np.empty(n + 8)[off : off + n], x.copy()
+        a[:] = x
+        a[m], b[m] = -np.inf, 0.0
+        ea, eb = np.exp(a), np.exp(b)
+        assert (ea[~m].view(np.uint64) == eb[~m].view(np.uint64)).all()
+        assert (ea[m] == 0).all()

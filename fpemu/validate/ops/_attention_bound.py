@@ -207,15 +207,28 @@ def probs(s: np.ndarray, shift: np.ndarray, e_s: np.ndarray, masked: np.ndarray,
     with reach = |s - shift| + e_s + max e_s; rho >= 1 where the argument can fall below
     ln(FLT_MIN) (flushed to 0, or subnormal). ``arg_roundings`` (r): how many float32 roundings
     of the argument (relative u each) the exp itself adds (fexp_u20: 3). Masked keys get p = 0
-    (their rho is finite, and every use of rho is multiplied by p). ``s`` is consumed (its
-    buffer becomes p: fewer fresh pages); ``buf``: a float32 scratch of s's shape, or None."""
+    (their rho is finite, and every use of rho is multiplied by p); ``s`` holds -inf there, or,
+    with a finite ``shift``, anything. ``s`` is consumed (its buffer becomes p: fewer fresh
+    pages); ``buf``: a float32 scratch of s's shape, or None."""
+    # With a finite shift, masked keys get the argument 0 and then p = 0 (exp(-inf) = +0
+    # exactly): numpy's float64 exp (SVML) takes a slow per-lane path for arguments below
+    # ~-708 (3x the whole pass here), and its other lanes' results do not depend on them (the
+    # per-lane rare path; tested bit for bit with -inf/underflowing neighbours at every
+    # alignment). s need not hold -inf at masked keys then. Else (a non-finite shift: -inf or
+    # NaN minus it is NaN, not -inf) the plain order, -inf at masked keys in s.
+    zero = bool(np.isfinite(shift).all())
     with np.errstate(invalid="ignore", over="ignore"):
         t = np.subtract(s, shift, out=s)
+        if zero:
+            np.copyto(t, 0.0, where=masked)
         reach = scratch("reach", t.shape, F32) if buf is None else buf
         np.copyto(reach, t, casting="same_kind")
         p = np.exp(t, out=t)  # exp(-inf) = 0 for masked keys
+        if zero:
+            np.copyto(p, 0.0, where=masked)
     np.abs(reach, out=reach)
-    np.copyto(reach, F32(0.0), where=masked)
+    if not zero:
+        np.copyto(reach, F32(0.0), where=masked)
     reach += e_s
     # max e_s of the row; the whole array's instead where that moves rho by < 2^-20 relative
     # (rho >= err): one pass fewer

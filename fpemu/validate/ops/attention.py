@@ -112,12 +112,15 @@ def _q_block(lq: int) -> int:
 
 
 def _scores(call: Call, q: np.ndarray, k: np.ndarray, causal: bool, *,
-            bound: bool = True) -> tuple[Any, ...]:  # fmt: skip
+            bound: bool = True, fill: bool = True) -> tuple[Any, ...]:  # fmt: skip
     """Exact scores s = scale*(q k^T) + mask in float64 with the kernel's float32 scale (-inf
     where the key is masked out: causal or a -inf mask), the masked keys, and e_s: a bound on
     the kernel's float32 s (GEMM of D products, the scale, the mask add), (g_D scale |q||k|^T +
     g_2 |s| + g_2 |mask|)(1 + g_2), in float32 (:mod:`._attention_bound`; 0 where masked).
-    Without ``bound`` (emulate: the value only), e_s and the masked keys are None."""
+    Without ``bound`` (emulate: the value only), e_s and the masked keys are None. Without
+    ``fill`` (watch, for :func:`.probs` with a finite shift) the causal keys of s are left as
+    computed (one pass fewer; they are in the masked keys). Also returned: |q| and |k|^T as
+    float32 (the e_s GEMM's operands; |k|^T a transposed view of a contiguous |k|)."""
     d = q.shape[-1]
     sc = call.kwargs.get("scale")
     scale = float(np.float32(1.0 / math.sqrt(d) if sc is None else sc))
@@ -146,16 +149,18 @@ def _scores(call: Call, q: np.ndarray, k: np.ndarray, causal: bool, *,
             if e_s is not None:
                 e_s += np.abs(mk).astype(F32) * const(g2 * (1 + g2))
     tri = _causal(s.shape[-2], s.shape[-1]) if causal else None
-    if tri is not None:
+    if tri is not None and (fill or e_s is None):
         np.copyto(s, -np.inf, where=tri)
     if e_s is None:
-        return s, None, scale, None, None
+        return s, None, scale, None, None, None
     # the masked keys: the causal pattern alone (broadcast) where nothing else can make s -inf
     # (no mask, finite q and k: a float64 s of float32 products does not overflow)
     plain = tri is not None and mask is None and np.isfinite(q).all() and np.isfinite(k).all()
     masked = tri if plain else np.isneginf(s)
+    if tri is not None and not plain and not fill:
+        masked |= tri
     np.copyto(e_s, F32(0.0), where=masked)
-    return s, e_s, scale, masked, a if a.shape == s.shape else None
+    return s, e_s, scale, masked, a if a.shape == s.shape else None, (aq, akt)
 
 
 def _forward_bound(call: Call) -> tuple[Any, ...]:
@@ -177,7 +182,7 @@ def _forward_bound(call: Call) -> tuple[Any, ...]:
     )
     causal = bool(call.arg(4, "is_causal", False))
     name = call.out_dtypes[0]
-    s, e_s, _, masked, buf = _scores(call, q, k, causal, bound=call.model is None)
+    s, e_s, _, masked, buf, _ = _scores(call, q, k, causal, bound=call.model is None)
     lk = s.shape[-1]
     blocks = -(-lk // _KV_BLOCK)
     finite = ~np.isneginf(s) if masked is None else ~masked
@@ -314,7 +319,10 @@ def flash_attention_backward(call: Call) -> list[Out | None]:
     causal = bool(call.arg(7, "is_causal", False))
     name = call.out_dtypes[0]
     u_low, tiny = _UNIT[name], _TINY[name]
-    s, e_s, scale, masked, buf = _scores(call, q, k, causal, bound=call.model is None)
+    # s keeps its causal keys where probs zeroes them itself (lse finite)
+    fill = call.model is not None or not np.isfinite(lse).all()
+    s, e_s, scale, masked, buf, absqk = _scores(call, q, k, causal, bound=call.model is None,
+                                                fill=fill)  # fmt: skip
     lq, lk, d = s.shape[-2], s.shape[-1], q.shape[-1]
     names = call.out_dtypes
     if e_s is None:  # emulate: the centers only (the same operations as below)
@@ -332,7 +340,8 @@ def flash_attention_backward(call: Call) -> list[Out | None]:
     finite = ~masked
     p32 = e_s  # e_s is dead: its buffer takes p as float32
     np.copyto(p32, p, casting="same_kind")
-    agt, av, aq, ak = (f32abs(x) for x in (go, v, q, k))
+    agt, av = f32abs(go), f32abs(v)
+    aq, ak = absqk[0], np.swapaxes(absqk[1], -1, -2)  # |q|, |k| (contiguous) from _scores
     dv = _mm(np.swapaxes(p, -1, -2), go, "dv")  # a center: fresh
     # e_dv = E + g M, then + g' (M + e_dv), E = sum (p rho1 + tiny)|dO|, M = sum (p (1 + rho1) +
     # tiny)|dO|, rho1 = (1 + rho)(1 + u_low) - 1: one GEMM of (c1 + c2)(p rho1 + tiny) + c2 p
