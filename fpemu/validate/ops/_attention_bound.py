@@ -176,7 +176,13 @@ def finish(c: np.ndarray, factor: float, add: float) -> np.ndarray:
     (2^-53 relative each) are far inside the callers' 2^-20 widening."""
     e = np.asarray(np.multiply(c, factor, dtype=np.float64))
     e += add
-    if np.isnan(e.sum()):  # non-negative: the sum is NaN only if an element is
+    # c, add >= 0 (or NaN, inf): with 0 < factor < inf an element of e is NaN only where c or
+    # add is (a NaN c found by its max: max propagates NaN); else the sum of e tells
+    if 0 < factor < math.inf:
+        nan = bool(np.isnan(c.max(initial=0.0))) or bool(np.isnan(add).any())
+    else:
+        nan = bool(np.isnan(e.sum()))  # non-negative: the sum is NaN only if an element is
+    if nan:
         nan_to_inf(e)
     return e
 

@@ -107,6 +107,24 @@ def _causal(lq: int, lk: int) -> np.ndarray:
     return t
 
 
+@functools.lru_cache(maxsize=16)
+def _on_keys(lq: int, lk: int, c: float) -> np.ndarray:
+    """float32 ``c`` at the causal pattern's unmasked keys and 0 at its masked ones, cached."""
+    t = np.where(_causal(lq, lk), F32(0.0), const(c)).astype(F32)
+    t.flags.writeable = False
+    return t
+
+
+def _add_unmasked(a: np.ndarray, c: float, masked: np.ndarray) -> None:
+    """``a += const(c)`` at the unmasked keys, in place (a >= 0 or NaN: where masked, adding 0
+    is the identity). The causal pattern alone (``masked`` is :func:`_causal`'s array) adds a
+    cached array: a plain broadcast add instead of a masked loop (about half the time)."""
+    if masked.ndim == 2 and masked is _causal(*masked.shape):
+        a += _on_keys(*masked.shape, c)
+    else:
+        np.add(a, const(c), out=a, where=~masked)
+
+
 def _q_block(lq: int) -> int:
     return 256 if lq >= 768 else 64 if lq >= 192 else 32
 
@@ -155,7 +173,9 @@ def _scores(call: Call, q: np.ndarray, k: np.ndarray, causal: bool, *,
         return s, None, scale, None, None, None
     # the masked keys: the causal pattern alone (broadcast) where nothing else can make s -inf
     # (no mask, finite q and k: a float64 s of float32 products does not overflow)
-    plain = tri is not None and mask is None and np.isfinite(q).all() and np.isfinite(k).all()
+    # (finiteness from the float32 |q|, |k|: their max is inf or NaN exactly if an element is)
+    plain = tri is not None and mask is None and bool(np.isfinite(aq.max(initial=0.0)))
+    plain = plain and bool(np.isfinite(akt.max(initial=0.0)))
     masked = tri if plain else np.isneginf(s)
     if tri is not None and not plain and not fill:
         masked |= tri
@@ -227,7 +247,7 @@ def _forward_bound(call: Call) -> tuple[Any, ...]:
     p32 *= const(c)
     w += p32
     if tiny:
-        np.add(w, const((1 + g_en) * tiny * math.exp(emax)), out=w, where=finite)
+        _add_unmasked(w, (1 + g_en) * tiny * math.exp(emax), masked)
     fl_w = fl * (1 + c) + (2 + c) * ETA
     # each weight's loss times |v| summed over the keys (per column), and ETA per GEMM term
     en = finish(mag_mm(w, av), W32, W32 * (fl_w * colsum(av) + lk * ETA))
@@ -244,10 +264,11 @@ def _forward_bound(call: Call) -> tuple[Any, ...]:
         kr = (1 + g2) * _SLACK / np.where(bad, 1.0, den)
         e_o = en
         e_o *= kr
-        ao = np.abs(o)
+        ao = np.abs(o, out=scratch("ao", o.shape, o.dtype))
         ao *= es * kr + g2 * _SLACK
         e_o += ao
-        e_o += tiny * _SLACK
+        if tiny:  # (e_o + 0 is e_o: it is >= 0 or NaN)
+            e_o += tiny * _SLACK
         if bad.any():
             np.copyto(e_o, np.inf, where=bad)
         if np.isnan(e_o).any():
@@ -337,7 +358,6 @@ def flash_attention_backward(call: Call) -> list[Out | None]:
     bk = -(-lk // _KV_BLOCK)
     low = name != "float32"
     p, rho = probs(s, lse, e_s, masked, _FEXP if low else _EXP_U10, 3 if low else 1, buf)
-    finite = ~masked
     p32 = e_s  # e_s is dead: its buffer takes p as float32
     np.copyto(p32, p, casting="same_kind")
     agt, av = f32abs(go), f32abs(v)
@@ -352,7 +372,7 @@ def flash_attention_backward(call: Call) -> list[Out | None]:
     w += const((c1 + c2) * u_low + c2)
     w *= p32
     if tiny:
-        np.add(w, const((c1 + c2) * tiny), out=w, where=finite)
+        _add_unmasked(w, (c1 + c2) * tiny, masked)
     # underflow (_attention_bound): the cast of p loses ETA times the factor a rho + b after
     # it, the product ETA; the GEMM ETA per term
     r_max, p_max = (float(x.max(initial=0.0)) for x in (rho, p32))
@@ -385,7 +405,7 @@ def flash_attention_backward(call: Call) -> list[Out | None]:
     rho *= ee
     e_ds += rho
     e_ds *= p32
-    np.add(e_ds, const(tiny + 4 * _UFL), out=e_ds, where=finite)
+    _add_unmasked(e_ds, tiny + 4 * _UFL, masked)
     a_max = float(ad.max(initial=0.0))
     p32 *= ad  # |dS|
     # underflow: the cast of p loses ETA times X = |dP - D|(rho a1 + a0) + (1 + rho) ee, the
