@@ -13,9 +13,10 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from fpemu.validate.ops import Call, Out, lookup, names  # noqa: E402
-from fpemu.validate.ops._attention_bound import const, expm1_up, rowmax  # noqa: E402
+from fpemu.validate.ops._attention_bound import const, expm1_up, finish, rowmax  # noqa: E402
 from fpemu.validate.ops._num import fmt as _fmt  # noqa: E402
 from fpemu.validate.ops._num import ulp  # noqa: E402
+from fpemu.validate.ops.attention import _add_unmasked, _causal, _scores  # noqa: E402
 from fpemu.validate.watch.convert import to_numpy  # noqa: E402
 from fpemu.validate.watch.verdict import judge  # noqa: E402
 from tests.watch_ops_util import emulate  # noqa: E402
@@ -277,3 +278,61 @@ def test_numpy_exp_lanes_do_not_depend_on_masked_neighbours() -> None:
         ea, eb = np.exp(a), np.exp(b)
         assert (ea[~m].view(np.uint64) == eb[~m].view(np.uint64)).all()
         assert (ea[m] == 0).all()
+
+
+def test_unmasked_add_on_the_causal_pattern_equals_the_masked_add() -> None:
+    """The cached causal add (x + 0 where masked) gives the masked add's bits, on non-negative
+    values, inf and NaN; a mask that is not the causal pattern takes the masked add."""
+    rng = np.random.default_rng(9)
+    for lq, lk in ((7, 7), (5, 9), (64, 64)):
+        a = rng.random((2, 3, lq, lk)).astype(np.float32) * np.float32(1e-30)
+        a[0, 1, 2, :3] = [np.inf, np.nan, 0.0]
+        tri = _causal(lq, lk)
+        want = a.copy()
+        np.add(want, const(1e-38), out=want, where=~tri)
+        got = a.copy()
+        _add_unmasked(got, 1e-38, tri)
+        assert (got.view(np.uint32) == want.view(np.uint32)).all()
+        other = np.broadcast_to(tri.copy(), a.shape)  # equal values, not the cached pattern
+        got2 = a.copy()
+        _add_unmasked(got2, 1e-38, other)
+        assert (got2.view(np.uint32) == want.view(np.uint32)).all()
+
+
+def test_finish_turns_nan_into_an_infinite_bound() -> None:
+    """finish's NaN test (by the max of the float32 GEMM and of the added floor) finds a NaN
+    from either, and with a zero factor (inf * 0) falls back to the sum."""
+    c = np.float32([[1.0, 2.0], [3.0, 4.0]])
+    assert (finish(c, 2.0, 1.0) == np.float64([[3.0, 5.0], [7.0, 9.0]])).all()
+    bad = c.copy()
+    bad[1, 0] = np.nan
+    e = finish(bad, 2.0, 1.0)
+    assert np.isinf(e[1, 0]) and (e[0] == [3.0, 5.0]).all() and e[1, 1] == 9.0
+    e = finish(c, 2.0, np.float64([[0.0, np.nan]]))
+    assert np.isinf(e[:, 1]).all() and (e[:, 0] == [2.0, 6.0]).all()
+    big = c.copy()
+    big[0, 1] = np.inf
+    with np.errstate(invalid="ignore"):
+        e = finish(big, 0.0, 0.0)
+    assert np.isinf(e[0, 1]) and (e.ravel()[[0, 2, 3]] == 0).all()
+
+
+def test_scores_take_the_causal_pattern_only_for_finite_inputs() -> None:
+    """The masked keys are the cached causal pattern for finite q and k without a mask, and
+    s's own -inf (plus the pattern) where q or k holds inf or NaN (found from the float32
+    |q|, |k|), with and without filling s."""
+    rng = np.random.default_rng(10)
+    q, k = rng.standard_normal((2, 1, 6, 4)), rng.standard_normal((2, 1, 6, 4))
+    call = Call(str(FWD), (q, k, k, 0.0, True), {}, ("float32", "float32"))
+    for fill in (True, False):
+        masked = _scores(call, q, k, True, fill=fill)[3]
+        assert masked is _causal(6, 6)
+        for bad in (np.inf, -np.inf, np.nan):
+            for qq, kk in ((q.copy(), k), (q, k.copy())):
+                (qq if qq is not q else kk)[1, 0, 2, 1] = bad
+                with np.errstate(invalid="ignore"):
+                    s, _, _, masked, _, _ = _scores(call, qq, kk, True, fill=fill)
+                assert masked is not _causal(6, 6) and masked.shape == s.shape
+                assert (masked >= _causal(6, 6)).all()
+                if fill:
+                    assert np.isneginf(s[masked]).all()
