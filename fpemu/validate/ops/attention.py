@@ -22,6 +22,14 @@ The bound arrays themselves are computed in float32 (watch only; the emulate pat
 centers alone): widened by W32 <= 1 + 2^-16.4 plus float32 underflow floors, derivation in
 :mod:`._attention_bound`.
 
+Cost (watch; measured on the bench GPT's calls, benchmarks/bench_attention_ops.py): the centers
+are rounded by :func:`._num.to_low64`; masked keys never reach float64 exp as -inf (its slow
+per-lane path, :func:`._attention_bound.probs`). Kept as they are, measured: the float64 GEMMs'
+transposed operands are copied (a transposed view gives BLAS another routine whose bits differ,
+0.4% of elements over random shapes); every bound is computed whole, not lazily (98-100% of
+the bench calls' rows hold an element whose bits differ from the value, so the judge reads
+nearly all of them).
+
 >>> import numpy as np
 >>> from fpemu.validate.ops import Call, lookup
 >>> q = np.float32(np.arange(8).reshape(1, 1, 2, 4) / 8)
