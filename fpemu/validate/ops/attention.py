@@ -261,8 +261,10 @@ def _forward_bound(call: Call) -> tuple[Any, ...]:
     en = finish(mag_mm(w, av), W32, W32 * (fl_w * colsum(av) + lk * ETA))
     en += (lk + 2) * _UFL
     with np.errstate(invalid="ignore", divide="ignore"):
-        o = np.divide(N, np.where(empty, 1.0, S), out=N)
-        np.copyto(o, 0.0, where=empty)
+        any_empty = bool(empty.any())
+        o = np.divide(N, np.where(empty, 1.0, S) if any_empty else S, out=N)
+        if any_empty:
+            np.copyto(o, 0.0, where=empty)
         # e_o = ((en + |o| es) / (S - es))(1 + g2) + g2 |o| + tiny, times _SLACK, in place as
         # en kr + |o| (es kr + g2 _SLACK) + tiny _SLACK with the row factor kr = (1 + g2)
         # _SLACK / (S - es)
@@ -281,7 +283,7 @@ def _forward_bound(call: Call) -> tuple[Any, ...]:
             np.copyto(e_o, np.inf, where=bad)
         if np.isnan(e_o).any():
             nan_to_inf(e_o)
-        if empty.any():
+        if any_empty:
             np.copyto(e_o, 0.0, where=empty)
         lse = np.where(empty, 0.0, m + np.log(np.where(empty, 1.0, S)))
         e_l = -np.log1p(-np.minimum(es / S, 1.0)) + 2.0**-23 * np.abs(np.log(S)) + U32 * np.abs(lse)
