@@ -56,17 +56,19 @@ def test_float32_to_16_bit_is_round_to_nearest_even(name: str) -> None:
         assert r == round_float(v, spec, "rne"), v
 
 
-def _float64_traps() -> np.ndarray:
+def _float64_traps(name: str) -> np.ndarray:
     """float64 values where a double rounding through float32 goes wrong or nearly: every
-    bfloat16 midpoint (subnormal ones and the overflow threshold 0x7F7F8000 included) and its
+    midpoint of the 16-bit format (subnormal ones and the overflow threshold included) and its
     float64 neighbours one and two ulps away (which round to the midpoint in float32), every
-    bfloat16 value, the float32 neighbours of both, beyond float32's range and below its
+    value of the format, the float32 neighbours of both, beyond float32's range and below its
     smallest subnormal, and the specials."""
     words = np.arange(1 << 16, dtype=np.uint32)
-    words = words[(words & 0x7F80) != 0x7F80].astype(np.uint16)  # finite bfloat16 only
-    v = np.unique(words.view(ml_dtypes.bfloat16).astype(np.float64))
-    top = float(ml_dtypes.finfo(ml_dtypes.bfloat16).max)
-    mids = np.concatenate([(v[:-1] + v[1:]) / 2, [top + 2.0**119, -(top + 2.0**119)]])
+    exp = 0x7F80 if name == "bfloat16" else 0x7C00
+    words = words[(words & exp) != exp].astype(np.uint16)  # finite values only
+    v = np.unique(words.view(_NP[name]).astype(np.float64))
+    top = float(v[-1])
+    half_ulp = 2.0**119 if name == "bfloat16" else 16.0
+    mids = np.concatenate([(v[:-1] + v[1:]) / 2, [top + half_ulp, -(top + half_ulp)]])
     base = np.concatenate([v, mids])
     out = [base]
     for k in (1, 2):
@@ -84,39 +86,44 @@ def _float64_traps() -> np.ndarray:
     return np.concatenate(out)
 
 
-def test_to_low64_bfloat16_equals_round_on_ties_and_neighbours() -> None:
-    """to_low64 (double rounding through float32 with its midpoints redone) gives, bit for
-    bit, fpemu.round's direct rounding of the float64 value, and the exact reference on a
-    sample (and on every element where the double rounding alone would be wrong)."""
-    x = _float64_traps()
+@pytest.mark.parametrize("name", ["bfloat16", "float16"])
+def test_to_low64_equals_round_on_ties_and_neighbours(name: str) -> None:
+    """to_low64 (bfloat16: double rounding through float32 with its midpoints redone;
+    float16: NumPy's float64 cast) gives, bit for bit, fpemu.round's direct rounding of the
+    float64 value, and the exact reference on a sample (and on every element where the double
+    rounding through float32 would be wrong)."""
+    x = _float64_traps(name)
     with np.errstate(all="ignore"):
-        got = to_low64(x, "bfloat16")
-        want = np.asarray(fround(x, "bfloat16")).astype(ml_dtypes.bfloat16)
-        naive = x.astype(np.float32).astype(ml_dtypes.bfloat16)
-    assert got.dtype == ml_dtypes.bfloat16 and got.shape == x.shape
+        got = to_low64(x, name)
+        want = np.asarray(fround(x, name)).astype(_NP[name])
+        naive = x.astype(np.float32).astype(_NP[name])
+    assert got.dtype == _NP[name] and got.shape == x.shape
     assert (got.view(np.uint16) == want.view(np.uint16)).all()  # NaN bits too
     wrong = np.flatnonzero(naive.view(np.uint16) != want.view(np.uint16))
     assert wrong.size > 1000  # the traps do trap the naive double rounding
+    spec = {"bfloat16": BFLOAT16, "float16": FLOAT16}[name]
     rng = np.random.default_rng(1)
     finite = np.flatnonzero(np.isfinite(x))
-    for i in np.concatenate([wrong, rng.choice(finite, 3000, replace=False)]).tolist():
-        r = float(got[i].astype(np.float64))
-        assert r == round_float(float(x[i]), BFLOAT16, "rne") or (r == 0 == x[i]), x[i]
+    for i in np.concatenate([wrong[::3], rng.choice(finite, 3000, replace=False)]).tolist():
+        r = float(np.asarray(got[i]).astype(np.float64))
+        assert r == round_float(float(x[i]), spec, "rne") or (r == 0 == x[i]), x[i]
 
 
-def test_to_low64_shapes_and_other_formats() -> None:
-    """Any shape (0-d, strided views) keeps to's result; float16, float32 and float32 input
-    are to's own path."""
+@pytest.mark.parametrize("name", ["bfloat16", "float16"])
+def test_to_low64_shapes_and_other_formats(name: str) -> None:
+    """Any shape (0-d, strided views) and NaN keep to's result; float32 and float32 input are
+    to's own path."""
     rng = np.random.default_rng(2)
     x = rng.standard_normal((4, 6, 5)) * 2.0 ** rng.integers(-140, 130, (4, 6, 5))
     x[1, 2, 3] = 1 + 2**-8 + 2**-40  # rounds to the midpoint 1 + 2^-8 in float32
-    for a in (x, x[:, ::2].swapaxes(0, 2), x[1, 2, 3], np.float64(0.1)):
+    x[1, 2, 4] = 1 + 2**-11 + 2**-40  # float16's
+    x[2, 0, 0], x[3, 1, 1] = np.nan, -np.nan
+    for a in (x, x[:, ::2].swapaxes(0, 2), x[1, 2, 3], x[2, 0, 0], np.float64(0.1)):
         with np.errstate(all="ignore"):
-            got, want = to_low64(a, "bfloat16"), to(a, "bfloat16")
+            got, want = to_low64(a, name), to(a, name)
         assert got.shape == np.shape(a) and got.dtype == want.dtype
         assert (np.asarray(got).view(np.uint16) == np.asarray(want).view(np.uint16)).all()
-    for name in ("float16", "float32"):
-        with np.errstate(all="ignore"):
-            got, want = to_low64(x, name), to(x, name)
-        assert (got == want).all() and got.dtype == want.dtype
-    assert to_low64(x.astype(np.float32), "bfloat16").dtype == ml_dtypes.bfloat16
+    with np.errstate(all="ignore"):
+        got, want = to_low64(x, "float32"), to(x, "float32")
+    assert (got.view(np.uint32) == want.view(np.uint32)).all() and got.dtype == want.dtype
+    assert to_low64(x.astype(np.float32), name).dtype == _NP[name]
