@@ -13,10 +13,17 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from fpemu.validate.ops import Call, Out, lookup, names  # noqa: E402
-from fpemu.validate.ops._attention_bound import const, expm1_up, finish, rowmax  # noqa: E402
+from fpemu.validate.ops._attention_bound import (  # noqa: E402
+    add_unmasked,
+    causal_keys,
+    const,
+    expm1_up,
+    finish,
+    rowmax,
+)
 from fpemu.validate.ops._num import fmt as _fmt  # noqa: E402
 from fpemu.validate.ops._num import ulp  # noqa: E402
-from fpemu.validate.ops.attention import _add_unmasked, _causal, _scores  # noqa: E402
+from fpemu.validate.ops.attention import _scores  # noqa: E402
 from fpemu.validate.watch.convert import to_numpy  # noqa: E402
 from fpemu.validate.watch.verdict import judge  # noqa: E402
 from tests.watch_ops_util import emulate  # noqa: E402
@@ -287,15 +294,15 @@ def test_unmasked_add_on_the_causal_pattern_equals_the_masked_add() -> None:
     for lq, lk in ((7, 7), (5, 9), (64, 64)):
         a = rng.random((2, 3, lq, lk)).astype(np.float32) * np.float32(1e-30)
         a[0, 1, 2, :3] = [np.inf, np.nan, 0.0]
-        tri = _causal(lq, lk)
+        tri = causal_keys(lq, lk)
         want = a.copy()
         np.add(want, const(1e-38), out=want, where=~tri)
         got = a.copy()
-        _add_unmasked(got, 1e-38, tri)
+        add_unmasked(got, 1e-38, tri)
         assert (got.view(np.uint32) == want.view(np.uint32)).all()
         other = np.broadcast_to(tri.copy(), a.shape)  # equal values, not the cached pattern
         got2 = a.copy()
-        _add_unmasked(got2, 1e-38, other)
+        add_unmasked(got2, 1e-38, other)
         assert (got2.view(np.uint32) == want.view(np.uint32)).all()
 
 
@@ -326,13 +333,13 @@ def test_scores_take_the_causal_pattern_only_for_finite_inputs() -> None:
     call = Call(str(FWD), (q, k, k, 0.0, True), {}, ("float32", "float32"))
     for fill in (True, False):
         masked = _scores(call, q, k, True, fill=fill)[3]
-        assert masked is _causal(6, 6)
+        assert masked is causal_keys(6, 6)
         for bad in (np.inf, -np.inf, np.nan):
             for qq, kk in ((q.copy(), k), (q, k.copy())):
                 (qq if qq is not q else kk)[1, 0, 2, 1] = bad
                 with np.errstate(invalid="ignore"):
                     s, _, _, masked, _, _ = _scores(call, qq, kk, True, fill=fill)
-                assert masked is not _causal(6, 6) and masked.shape == s.shape
-                assert (masked >= _causal(6, 6)).all()
+                assert masked is not causal_keys(6, 6) and masked.shape == s.shape
+                assert (masked >= causal_keys(6, 6)).all()
                 if fill:
                     assert np.isneginf(s[masked]).all()

@@ -42,7 +42,6 @@ nearly all of them).
 
 from __future__ import annotations
 
-import functools
 import math
 from typing import Any
 
@@ -53,6 +52,8 @@ from fpemu.validate.ops._attention_bound import (
     ETA,
     F32,
     W32,
+    add_unmasked,
+    causal_keys,
     colsum,
     const,
     f32abs,
@@ -107,32 +108,6 @@ def _mm(a: np.ndarray, b: np.ndarray, slot: str = "", out: bool = False) -> np.n
     return np.asarray(np.matmul(ops[0], ops[1], out=o))
 
 
-@functools.lru_cache(maxsize=16)
-def _causal(lq: int, lk: int) -> np.ndarray:
-    """The causal mask's masked keys (above the diagonal), read-only, cached per shape."""
-    t = np.triu(np.ones((lq, lk), bool), 1)
-    t.flags.writeable = False
-    return t
-
-
-@functools.lru_cache(maxsize=16)
-def _on_keys(lq: int, lk: int, c: float) -> np.ndarray:
-    """float32 ``c`` at the causal pattern's unmasked keys and 0 at its masked ones, cached."""
-    t = np.where(_causal(lq, lk), F32(0.0), const(c)).astype(F32)
-    t.flags.writeable = False
-    return t
-
-
-def _add_unmasked(a: np.ndarray, c: float, masked: np.ndarray) -> None:
-    """``a += const(c)`` at the unmasked keys, in place (a >= 0 or NaN: where masked, adding 0
-    is the identity). The causal pattern alone (``masked`` is :func:`_causal`'s array) adds a
-    cached array: a plain broadcast add instead of a masked loop (about half the time)."""
-    if masked.ndim == 2 and masked is _causal(*masked.shape):
-        a += _on_keys(*masked.shape, c)
-    else:
-        np.add(a, const(c), out=a, where=~masked)
-
-
 def _q_block(lq: int) -> int:
     return 256 if lq >= 768 else 64 if lq >= 192 else 32
 
@@ -174,7 +149,7 @@ def _scores(call: Call, q: np.ndarray, k: np.ndarray, causal: bool, *,
             s += mk
             if e_s is not None:
                 e_s += np.abs(mk).astype(F32) * const(g2 * (1 + g2))
-    tri = _causal(s.shape[-2], s.shape[-1]) if causal else None
+    tri = causal_keys(s.shape[-2], s.shape[-1]) if causal else None
     if tri is not None and (fill or e_s is None):
         np.copyto(s, -np.inf, where=tri)
     if e_s is None:
@@ -255,7 +230,7 @@ def _forward_bound(call: Call) -> tuple[Any, ...]:
     p32 *= const(c)
     w += p32
     if tiny:
-        _add_unmasked(w, (1 + g_en) * tiny * math.exp(emax), masked)
+        add_unmasked(w, (1 + g_en) * tiny * math.exp(emax), masked)
     fl_w = fl * (1 + c) + (2 + c) * ETA
     # each weight's loss times |v| summed over the keys (per column), and ETA per GEMM term
     en = finish(mag_mm(w, av), W32, W32 * (fl_w * colsum(av) + lk * ETA))
@@ -382,7 +357,7 @@ def flash_attention_backward(call: Call) -> list[Out | None]:
     w += const((c1 + c2) * u_low + c2)
     w *= p32
     if tiny:
-        _add_unmasked(w, (c1 + c2) * tiny, masked)
+        add_unmasked(w, (c1 + c2) * tiny, masked)
     # underflow (_attention_bound): the cast of p loses ETA times the factor a rho + b after
     # it, the product ETA; the GEMM ETA per term
     r_max, p_max = (float(x.max(initial=0.0)) for x in (rho, p32))
@@ -415,7 +390,7 @@ def flash_attention_backward(call: Call) -> list[Out | None]:
     rho *= ee
     e_ds += rho
     e_ds *= p32
-    _add_unmasked(e_ds, tiny + 4 * _UFL, masked)
+    add_unmasked(e_ds, tiny + 4 * _UFL, masked)
     a_max = float(ad.max(initial=0.0))
     p32 *= ad  # |dS|
     # underflow: the cast of p loses ETA times X = |dP - D|(rho a1 + a0) + (1 + rho) ee, the
