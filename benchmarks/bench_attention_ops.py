@@ -4,11 +4,15 @@ Calls: the real ones of the bench GPT step (``bench_watch.py``): the step runs o
 ``fpemu.watch`` with the two emulations wrapped to record their
 :class:`~fpemu.validate.ops.Call`; each recorded call is then timed with the current module and
 with the module as it was at ``--base`` (default ``HEAD``; loaded from ``git show`` into a
-temporary module), in the same run. Besides the times (best of ``--repeats``, old and new
-alternating) and their ratio old/new, each row gives how the bounds compare, elementwise over
-every output: ``looser`` is max(new err / old err) - 1 and ``tighter`` is max(old err / new err)
-- 1 (the new bound may be looser only by its documented float32 widening), and whether the
-values agree bit for bit.
+temporary module, with its ``_attention_bound`` helpers of the same commit), in the same run.
+Columns: the emulation's time (best of ``--repeats``, old and new alternating) and the ratio
+old/new; the same for the whole judgement of the call
+(:func:`~fpemu.validate.watch.verdict.judge_call`: the emulation, then torch's outputs judged
+against it, which reads the bounds only where the bits differ); how the bounds compare,
+elementwise over every output: ``looser`` is max(new err / old err) - 1 and ``tighter`` is
+max(old err / new err) - 1 (the new bound may be looser only by its documented float32
+widening); whether the values and the centers agree bit for bit and judge_call's rows are
+equal.
 Pin the threads on a shared machine:
 ``OMP_NUM_THREADS=1 python benchmarks/bench_attention_ops.py [--configs bf16 fp32]``.
 """
@@ -32,31 +36,50 @@ import bench_watch  # noqa: E402
 
 import fpemu  # noqa: E402
 from fpemu.validate.ops import TABLE, lookup  # noqa: E402
+from fpemu.validate.watch.verdict import judge_call  # noqa: E402
 
 OPS = {
     "forward": "aten._scaled_dot_product_flash_attention_for_cpu.default",
     "backward": "aten._scaled_dot_product_flash_attention_for_cpu_backward.default",
 }
 MODULE = "fpemu/validate/ops/attention.py"
+BOUND = "fpemu/validate/ops/_attention_bound.py"  # its helpers, also taken at ``base``
+
+
+def _load(name: str, src: str) -> Any:
+    path = Path(tempfile.mkdtemp()) / f"{name}.py"
+    path.write_text(src)
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def old_module(base: str) -> Any:
     """The attention module as of git ``base``, imported under another name (its emulations
-    are taken out of the registry while it registers, then the current ones are put back)."""
-    src = subprocess.run(["git", "-C", str(ROOT), "show", f"{base}:{MODULE}"], check=True,
-                         capture_output=True, text=True).stdout  # fmt: skip
-    path = Path(tempfile.mkdtemp()) / "attention_base.py"
-    path.write_text(src)
+    are taken out of the registry while it registers, then the current ones are put back),
+    with its bound helpers (``_attention_bound``) as of ``base`` too where it had them."""
+
+    def show(path: str) -> str | None:
+        r = subprocess.run(["git", "-C", str(ROOT), "show", f"{base}:{path}"],
+                           capture_output=True, text=True)  # fmt: skip
+        return r.stdout if r.returncode == 0 else None
+
+    src = show(MODULE)
+    if src is None:
+        raise SystemExit(f"{MODULE} does not exist at {base}")
+    bound = show(BOUND)
+    if bound is not None:
+        _load("fpemu_attention_bound_base", bound)
+        src = src.replace("fpemu.validate.ops._attention_bound", "fpemu_attention_bound_base")
     lookup(OPS["forward"])  # load the registry first
     saved = {op: TABLE.pop(op) for op in OPS.values()}
     try:
-        spec = importlib.util.spec_from_file_location("fpemu_attention_base", path)
-        assert spec is not None and spec.loader is not None
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
+        return _load("fpemu_attention_base", src)
     finally:
         TABLE.update(saved)
-    return mod
 
 
 def capture(config: str) -> dict[str, list[Any]]:
@@ -83,6 +106,16 @@ def capture(config: str) -> dict[str, list[Any]]:
     return calls
 
 
+def judged(fn: Any, call: Any) -> Any:
+    """judge_call of ``call`` with ``fn`` as its op's emulation."""
+    saved = TABLE[call.op]
+    TABLE[call.op] = fn
+    try:
+        return judge_call(call)
+    finally:
+        TABLE[call.op] = saved
+
+
 def interleaved(old: Any, new: Any, call: Any, repeats: int) -> tuple[float, float]:
     """Best seconds of ``repeats`` calls of each, alternating (a shared machine's load then
     weighs on both alike)."""
@@ -94,13 +127,14 @@ def interleaved(old: Any, new: Any, call: Any, repeats: int) -> tuple[float, flo
 
 
 def compare(old: list[Any], new: list[Any]) -> tuple[float, float, bool]:
-    """(looser, tighter, same values) over every output element."""
+    """(looser, tighter, same values and centers, bit for bit) over every output element."""
     looser = tighter = 0.0
     same = True
     for o, n in zip(old, new, strict=True):
         same &= bool((o.value.view(np.uint8) == n.value.view(np.uint8)).all())
         idx = np.arange(np.size(o.value))
-        (_, eo), (_, en) = o.bounds_at(idx), n.bounds_at(idx)
+        (co, eo), (cn, en) = o.bounds_at(idx), n.bounds_at(idx)
+        same &= bool((co.view(np.uint64) == cn.view(np.uint64)).all())  # the centers too
         with np.errstate(divide="ignore", invalid="ignore"):
             r = en / eo
         r = r[np.isfinite(r) & (eo > 0)]
@@ -121,23 +155,31 @@ def main() -> None:
         f"baseline: {MODULE} at {args.base}; times: best of {args.repeats}, old and new alternating"
     )
     print(f"{'config':7} {'op':9} {'calls':>5} {'old':>9} {'new':>9} {'old/new':>8} "
-          f"{'looser':>9} {'tighter':>9} same-values")  # fmt: skip
+          f"{'judge old':>9} {'judge new':>9} {'old/new':>8} {'looser':>9} {'tighter':>9} "
+          "same-values same-verdict")  # fmt: skip
     for config in args.configs:
         calls = capture(config)
         for kind, op in OPS.items():
             new_fn = TABLE[op]
-            old_t = new_t = 0.0
+            old_fn = old_fns[kind]
+            old_t = new_t = old_j = new_j = 0.0
             looser = tighter = 0.0
-            same = True
+            same = same_v = True
             for call in calls[kind]:
-                o, n = interleaved(old_fns[kind], new_fn, call, args.repeats)
+                o, n = interleaved(old_fn, new_fn, call, args.repeats)
                 old_t, new_t = old_t + o, new_t + n
-                lo, ti, sa = compare(old_fns[kind](call), new_fn(call))
+                o, n = interleaved(lambda c: judged(old_fn, c), lambda c: judged(new_fn, c),  # noqa: B023
+                                   call, args.repeats)  # fmt: skip
+                old_j, new_j = old_j + o, new_j + n
+                lo, ti, sa = compare(old_fn(call), new_fn(call))
                 looser, tighter, same = max(looser, lo), max(tighter, ti), same and sa
+                same_v &= judged(old_fn, call) == judged(new_fn, call)
             n = max(len(calls[kind]), 1)
             print(f"{config:7} {kind:9} {len(calls[kind]):5} {old_t / n * 1e3:7.2f}ms "
                   f"{new_t / n * 1e3:7.2f}ms {old_t / max(new_t, 1e-12):7.2f}x "
-                  f"{looser:9.2e} {tighter:9.2e} {same}")  # fmt: skip
+                  f"{old_j / n * 1e3:7.2f}ms {new_j / n * 1e3:7.2f}ms "
+                  f"{old_j / max(new_j, 1e-12):7.2f}x "
+                  f"{looser:9.2e} {tighter:9.2e} {same!s:11} {same_v}")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -13,9 +13,17 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from fpemu.validate.ops import Call, Out, lookup, names  # noqa: E402
-from fpemu.validate.ops._attention_bound import const, expm1_up, rowmax  # noqa: E402
+from fpemu.validate.ops._attention_bound import (  # noqa: E402
+    add_unmasked,
+    causal_keys,
+    const,
+    expm1_up,
+    finish,
+    rowmax,
+)
 from fpemu.validate.ops._num import fmt as _fmt  # noqa: E402
 from fpemu.validate.ops._num import ulp  # noqa: E402
+from fpemu.validate.ops.attention import _scores  # noqa: E402
 from fpemu.validate.watch.convert import to_numpy  # noqa: E402
 from fpemu.validate.watch.verdict import judge  # noqa: E402
 from tests.watch_ops_util import emulate  # noqa: E402
@@ -173,6 +181,42 @@ def test_emulate_value_is_the_watch_center(dt: torch.dtype, case: tuple) -> None
             assert w is not None and e is not None and np.isinf(e.err).all()
             assert w.value.dtype == e.value.dtype
             assert (w.value.view(np.uint8) == e.value.view(np.uint8)).all()
+            _same_centers(w, e)
+
+
+def _same_centers(w: Out | None, e: Out | None) -> None:
+    """The float64 centers agree bit for bit (any NaN equals any NaN)."""
+    assert w is not None and e is not None
+    idx = np.arange(w.value.size)
+    bw, be = w.bounds_at(idx), e.bounds_at(idx)
+    assert bw is not None and be is not None
+    (cw, _), (ce, _) = bw, be
+    same = (cw.view(np.uint64) == ce.view(np.uint64)) | (np.isnan(cw) & np.isnan(ce))
+    assert same.all(), (cw[~same][:3], ce[~same][:3])
+
+
+@pytest.mark.parametrize("dt", DTYPES, ids=str)
+def test_backward_with_a_non_finite_logsumexp_keeps_the_centers(dt: torch.dtype) -> None:
+    """The watch path zeroes the masked probabilities itself only for a finite logsumexp; rows
+    whose given lse is -inf, +inf or NaN (-inf - lse is NaN, not -inf) keep the plain order:
+    the centers equal the emulate path's (exp(s - lse) with -inf at masked keys) bit for bit,
+    causal and with a -inf mask."""
+    q, k, v, _, _, go = _inputs(dt, (9, 9, 8, True, False, 1.0), 6)
+    out, lse = _run(FWD, q, k, v, 0.0, True)
+    bad = lse.clone()
+    bad[0, 0, 1], bad[0, 1, 3], bad[1, 0, 0] = -float("inf"), float("inf"), float("nan")
+    mask = torch.zeros(9, 9)
+    mask[4, :3] = -float("inf")
+    for lse_in, kw in ((bad, {}), (lse, {"attn_mask": mask}), (bad, {"attn_mask": mask})):
+        args = (go, q, k, v, out, lse_in, 0.0, True)
+        np_args = tuple(to_numpy(a) if isinstance(a, torch.Tensor) else a for a in args)
+        np_kw = {n: to_numpy(t) for n, t in kw.items()}
+        call = Call(str(BWD), np_args, np_kw, (_fmt(to_numpy(q)),) * 3)
+        with np.errstate(all="ignore"):  # the bounds of such rows are inf/NaN (then inf)
+            watched = lookup(str(BWD))(call)
+            emulated = lookup(str(BWD))(dataclasses.replace(call, model="fast"))
+        for w, e in zip(watched, emulated, strict=True):
+            _same_centers(w, e)
 
 
 def test_expm1_up_bounds_expm1_from_above() -> None:
@@ -223,3 +267,79 @@ def test_float32_constants_round_up() -> None:
         assert f.dtype == np.float32 and Fraction(float(f)) >= Fraction(c)
         below = np.nextafter(f, np.float32(0))
         assert Fraction(float(below)) < Fraction(c)
+
+
+def test_numpy_exp_lanes_do_not_depend_on_masked_neighbours() -> None:
+    """What the watch path's probs relies on: numpy's float64 exp gives an element the same
+    bits whether its neighbours are -inf (masked keys: the slow path) or 0, at every
+    alignment, underflowing and subnormal results included."""
+    rng = np.random.default_rng(8)
+    for _ in range(200):
+        n = int(rng.integers(1, 3000))
+        x = -np.abs(rng.standard_normal(n)) * 10.0 ** rng.uniform(-3, 3.2, n)
+        m = rng.random(n) < rng.random()
+        off = int(rng.integers(0, 8))
+        a, b = np.empty(n + 8)[off : off + n], x.copy()
+        a[:] = x
+        a[m], b[m] = -np.inf, 0.0
+        ea, eb = np.exp(a), np.exp(b)
+        assert (ea[~m].view(np.uint64) == eb[~m].view(np.uint64)).all()
+        assert (ea[m] == 0).all()
+
+
+def test_unmasked_add_on_the_causal_pattern_equals_the_masked_add() -> None:
+    """The cached causal add (x + 0 where masked) gives the masked add's bits, on non-negative
+    values, inf and NaN; a mask that is not the causal pattern takes the masked add."""
+    rng = np.random.default_rng(9)
+    for lq, lk in ((7, 7), (5, 9), (64, 64)):
+        a = rng.random((2, 3, lq, lk)).astype(np.float32) * np.float32(1e-30)
+        a[0, 1, 2, :3] = [np.inf, np.nan, 0.0]
+        tri = causal_keys(lq, lk)
+        want = a.copy()
+        np.add(want, const(1e-38), out=want, where=~tri)
+        got = a.copy()
+        add_unmasked(got, 1e-38, tri)
+        assert (got.view(np.uint32) == want.view(np.uint32)).all()
+        other = np.broadcast_to(tri.copy(), a.shape)  # equal values, not the cached pattern
+        got2 = a.copy()
+        add_unmasked(got2, 1e-38, other)
+        assert (got2.view(np.uint32) == want.view(np.uint32)).all()
+
+
+def test_finish_turns_nan_into_an_infinite_bound() -> None:
+    """finish's NaN test (by the max of the float32 GEMM and of the added floor) finds a NaN
+    from either, and with a zero factor (inf * 0) falls back to the sum."""
+    c = np.float32([[1.0, 2.0], [3.0, 4.0]])
+    assert (finish(c, 2.0, 1.0) == np.float64([[3.0, 5.0], [7.0, 9.0]])).all()
+    bad = c.copy()
+    bad[1, 0] = np.nan
+    e = finish(bad, 2.0, 1.0)
+    assert np.isinf(e[1, 0]) and (e[0] == [3.0, 5.0]).all() and e[1, 1] == 9.0
+    e = finish(c, 2.0, np.float64([[0.0, np.nan]]))
+    assert np.isinf(e[:, 1]).all() and (e[:, 0] == [2.0, 6.0]).all()
+    big = c.copy()
+    big[0, 1] = np.inf
+    with np.errstate(invalid="ignore"):
+        e = finish(big, 0.0, 0.0)
+    assert np.isinf(e[0, 1]) and (e.ravel()[[0, 2, 3]] == 0).all()
+
+
+def test_scores_take_the_causal_pattern_only_for_finite_inputs() -> None:
+    """The masked keys are the cached causal pattern for finite q and k without a mask, and
+    s's own -inf (plus the pattern) where q or k holds inf or NaN (found from the float32
+    |q|, |k|), with and without filling s."""
+    rng = np.random.default_rng(10)
+    q, k = rng.standard_normal((2, 1, 6, 4)), rng.standard_normal((2, 1, 6, 4))
+    call = Call(str(FWD), (q, k, k, 0.0, True), {}, ("float32", "float32"))
+    for fill in (True, False):
+        masked = _scores(call, q, k, True, fill=fill)[3]
+        assert masked is causal_keys(6, 6)
+        for bad in (np.inf, -np.inf, np.nan):
+            for qq, kk in ((q.copy(), k), (q, k.copy())):
+                (qq if qq is not q else kk)[1, 0, 2, 1] = bad
+                with np.errstate(invalid="ignore"):
+                    s, _, _, masked, _, _ = _scores(call, qq, kk, True, fill=fill)
+                assert masked is not causal_keys(6, 6) and masked.shape == s.shape
+                assert (masked >= causal_keys(6, 6)).all()
+                if fill:
+                    assert np.isneginf(s[masked]).all()

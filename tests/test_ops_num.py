@@ -1,5 +1,7 @@
 """The op table's visible roundings (fpemu.validate.ops._num.to): float32 to bfloat16/float16 by
-ml_dtypes'/NumPy's casts, checked against fpemu.round and the exact reference."""
+ml_dtypes'/NumPy's casts, and float64 to bfloat16/float16 by to's fast path (bfloat16 through
+float32 with its midpoints redone, float16 by NumPy's cast), checked against fpemu.round and
+the exact reference."""
 
 from __future__ import annotations
 
@@ -53,3 +55,77 @@ def test_float32_to_16_bit_is_round_to_nearest_even(name: str) -> None:
     for v in rng.choice(finite, 3000, replace=False).tolist():
         r = float(np.asarray(to(np.float32([v]), name)).astype(np.float64)[0])
         assert r == round_float(v, spec, "rne"), v
+
+
+def _float64_traps(name: str) -> np.ndarray:
+    """float64 values where a double rounding through float32 goes wrong or nearly: every
+    midpoint of the 16-bit format (subnormal ones and the overflow threshold included) and its
+    float64 neighbours one and two ulps away (which round to the midpoint in float32), every
+    value of the format, the float32 neighbours of both, beyond float32's range and below its
+    smallest subnormal, and the specials."""
+    words = np.arange(1 << 16, dtype=np.uint32)
+    exp = 0x7F80 if name == "bfloat16" else 0x7C00
+    words = words[(words & exp) != exp].astype(np.uint16)  # finite values only
+    v = np.unique(words.view(_NP[name]).astype(np.float64))
+    top = float(v[-1])
+    half_ulp = 2.0**119 if name == "bfloat16" else 16.0
+    mids = np.concatenate([(v[:-1] + v[1:]) / 2, [top + half_ulp, -(top + half_ulp)]])
+    base = np.concatenate([v, mids])
+    out = [base]
+    for k in (1, 2):
+        for side in (np.inf, -np.inf):
+            x = base.copy()
+            for _ in range(k):
+                x = np.nextafter(x, side)
+            out.append(x)
+    for side in (np.inf, -np.inf):  # float32 neighbours
+        out.append(np.nextafter(base.astype(np.float32), np.float32(side)).astype(np.float64))
+    tiny = 2.0**-150  # half the smallest float32 subnormal
+    out.append(np.float64([np.inf, -np.inf, np.nan, -np.nan, 0.0, -0.0, 3.5e38, -1e300, 1e300,
+                           tiny, -tiny, np.nextafter(tiny, 1.0), np.nextafter(tiny, 0.0), 1e-46,
+                           2.0**-149 * 1.5, 3.4028235e38, 3.4028236e38]))  # fmt: skip
+    return np.concatenate(out)
+
+
+@pytest.mark.parametrize("name", ["bfloat16", "float16"])
+def test_to_from_float64_equals_round_on_ties_and_neighbours(name: str) -> None:
+    """to from float64 (bfloat16: double rounding through float32 with its midpoints redone;
+    float16: NumPy's float64 cast) gives, bit for bit, fpemu.round's direct rounding of the
+    float64 value, and the exact reference on a sample (and on every element where the double
+    rounding through float32 would be wrong)."""
+    x = _float64_traps(name)
+    with np.errstate(all="ignore"):
+        got = to(x, name)
+        want = np.asarray(fround(x, name)).astype(_NP[name])
+        naive = x.astype(np.float32).astype(_NP[name])
+    assert got.dtype == _NP[name] and got.shape == x.shape
+    assert (got.view(np.uint16) == want.view(np.uint16)).all()  # NaN bits too
+    wrong = np.flatnonzero(naive.view(np.uint16) != want.view(np.uint16))
+    assert wrong.size > 1000  # the traps do trap the naive double rounding
+    spec = {"bfloat16": BFLOAT16, "float16": FLOAT16}[name]
+    rng = np.random.default_rng(1)
+    finite = np.flatnonzero(np.isfinite(x))
+    for i in np.concatenate([wrong[::3], rng.choice(finite, 3000, replace=False)]).tolist():
+        r = float(np.asarray(got[i]).astype(np.float64))
+        assert r == round_float(float(x[i]), spec, "rne") or (r == 0 == x[i]), x[i]
+
+
+@pytest.mark.parametrize("name", ["bfloat16", "float16"])
+def test_to_from_float64_shapes_and_nan(name: str) -> None:
+    """Any shape (0-d, strided views) and NaN: fpemu.round's bits; float32 input and float32
+    output keep their own paths."""
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((4, 6, 5)) * 2.0 ** rng.integers(-140, 130, (4, 6, 5))
+    x[1, 2, 3] = 1 + 2**-8 + 2**-40  # rounds to the midpoint 1 + 2^-8 in float32
+    x[1, 2, 4] = 1 + 2**-11 + 2**-40  # float16's
+    x[2, 0, 0], x[3, 1, 1] = np.nan, -np.nan
+    for a in (x, x[:, ::2].swapaxes(0, 2), x[1, 2, 3], x[2, 0, 0], np.float64(0.1)):
+        with np.errstate(all="ignore"):
+            got = to(a, name)
+            want = np.asarray(fround(np.asarray(a, np.float64), name)).astype(_NP[name])
+        assert got.shape == np.shape(a) and got.dtype == want.dtype
+        assert (np.asarray(got).view(np.uint16) == np.asarray(want).view(np.uint16)).all()
+    with np.errstate(all="ignore"):
+        got, want = to(x, "float32"), x.astype(np.float32)
+    assert (got.view(np.uint32) == want.view(np.uint32)).all() and got.dtype == want.dtype
+    assert to(x.astype(np.float32), name).dtype == _NP[name]

@@ -1,6 +1,6 @@
-"""``fpemu.validate.ops._num.to`` from float64 to bfloat16/float16: its double-rounding fast
-path (float64 -> float32 -> 16 bits, :func:`fpemu.validate.ops._num._low_from64`) against one
-correct rounding, bit for bit.
+"""``fpemu.validate.ops._num.to`` from float64 to bfloat16/float16
+(:func:`fpemu.validate.ops._num._low_from64`: bfloat16 by a double rounding through float32 with
+its midpoints redone, float16 by NumPy's cast) against one correct rounding, bit for bit.
 
 The hazard of rounding twice is a float64 value just off a 16-bit midpoint whose float32
 rounding lands on the midpoint; the inputs below put values at, just off (by one float64 ulp and

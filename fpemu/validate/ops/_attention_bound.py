@@ -51,6 +51,7 @@ True
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 from typing import Any
@@ -63,6 +64,8 @@ __all__ = [
     "ETA",
     "F32",
     "W32",
+    "add_unmasked",
+    "causal_keys",
     "colsum",
     "const",
     "expm1_up",
@@ -91,6 +94,32 @@ def const(c: float) -> np.float32:
     """A positive constant as float32 rounded up (so it never undercuts the float64 one)."""
     r = np.float32(c)
     return r if float(r) >= c else np.nextafter(r, np.float32(np.inf))
+
+
+@functools.lru_cache(maxsize=16)
+def causal_keys(lq: int, lk: int) -> np.ndarray:
+    """The causal mask's masked keys (above the diagonal), read-only, cached per shape."""
+    t = np.triu(np.ones((lq, lk), bool), 1)
+    t.flags.writeable = False
+    return t
+
+
+@functools.lru_cache(maxsize=16)
+def _on_keys(lq: int, lk: int, c: float) -> np.ndarray:
+    """float32 ``c`` at the causal pattern's unmasked keys and 0 at its masked ones, cached."""
+    t = np.where(causal_keys(lq, lk), F32(0.0), const(c)).astype(F32)
+    t.flags.writeable = False
+    return t
+
+
+def add_unmasked(a: np.ndarray, c: float, masked: np.ndarray) -> None:
+    """``a += const(c)`` at the unmasked keys, in place (a >= 0 or NaN: where masked, adding 0
+    is the identity). The causal pattern alone (``masked`` is :func:`causal_keys`'s array) adds a
+    cached array: a plain broadcast add instead of a masked loop (about half the time)."""
+    if masked.ndim == 2 and masked is causal_keys(*masked.shape):
+        a += _on_keys(*masked.shape, c)
+    else:
+        np.add(a, const(c), out=a, where=~masked)
 
 
 def scratch(slot: str, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
@@ -176,7 +205,13 @@ def finish(c: np.ndarray, factor: float, add: float) -> np.ndarray:
     (2^-53 relative each) are far inside the callers' 2^-20 widening."""
     e = np.asarray(np.multiply(c, factor, dtype=np.float64))
     e += add
-    if np.isnan(e.sum()):  # non-negative: the sum is NaN only if an element is
+    # c, add >= 0 (or NaN, inf): with 0 < factor < inf an element of e is NaN only where c or
+    # add is (a NaN c found by its max: max propagates NaN); else the sum of e tells
+    if 0 < factor < math.inf:
+        nan = bool(np.isnan(c.max(initial=0.0))) or bool(np.isnan(add).any())
+    else:
+        nan = bool(np.isnan(e.sum()))  # non-negative: the sum is NaN only if an element is
+    if nan:
         nan_to_inf(e)
     return e
 
@@ -207,15 +242,28 @@ def probs(s: np.ndarray, shift: np.ndarray, e_s: np.ndarray, masked: np.ndarray,
     with reach = |s - shift| + e_s + max e_s; rho >= 1 where the argument can fall below
     ln(FLT_MIN) (flushed to 0, or subnormal). ``arg_roundings`` (r): how many float32 roundings
     of the argument (relative u each) the exp itself adds (fexp_u20: 3). Masked keys get p = 0
-    (their rho is finite, and every use of rho is multiplied by p). ``s`` is consumed (its
-    buffer becomes p: fewer fresh pages); ``buf``: a float32 scratch of s's shape, or None."""
+    (their rho is finite, and every use of rho is multiplied by p); ``s`` holds -inf there, or,
+    with a finite ``shift``, anything. ``s`` is consumed (its buffer becomes p: fewer fresh
+    pages); ``buf``: a float32 scratch of s's shape, or None."""
+    # With a finite shift, masked keys get the argument 0 and then p = 0 (exp(-inf) = +0
+    # exactly): numpy's float64 exp (SVML) takes a slow per-lane path for arguments below
+    # ~-708 (3x the whole pass here), and its other lanes' results do not depend on them (the
+    # per-lane rare path; tested bit for bit with -inf/underflowing neighbours at every
+    # alignment). s need not hold -inf at masked keys then. Else (a non-finite shift: -inf or
+    # NaN minus it is NaN, not -inf) the plain order, -inf at masked keys in s.
+    zero = bool(np.isfinite(shift).all())
     with np.errstate(invalid="ignore", over="ignore"):
         t = np.subtract(s, shift, out=s)
+        if zero:
+            np.copyto(t, 0.0, where=masked)
         reach = scratch("reach", t.shape, F32) if buf is None else buf
         np.copyto(reach, t, casting="same_kind")
         p = np.exp(t, out=t)  # exp(-inf) = 0 for masked keys
+        if zero:
+            np.copyto(p, 0.0, where=masked)
     np.abs(reach, out=reach)
-    np.copyto(reach, F32(0.0), where=masked)
+    if not zero:
+        np.copyto(reach, F32(0.0), where=masked)
     reach += e_s
     # max e_s of the row; the whole array's instead where that moves rho by < 2^-20 relative
     # (rho >= err): one pass fewer

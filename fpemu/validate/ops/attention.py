@@ -22,6 +22,14 @@ The bound arrays themselves are computed in float32 (watch only; the emulate pat
 centers alone): widened by W32 <= 1 + 2^-16.4 plus float32 underflow floors, derivation in
 :mod:`._attention_bound`.
 
+Cost (watch; measured on the bench GPT's calls, benchmarks/bench_attention_ops.py): the centers
+are rounded by :func:`._num.to`'s fast float64 path; masked keys never reach float64 exp as -inf
+(its slow per-lane path, :func:`._attention_bound.probs`). Kept as they are, measured: the
+float64 GEMMs' transposed operands are copied (a transposed view gives BLAS another routine
+whose bits differ, 0.4% of elements over random shapes); every bound is computed whole, not
+lazily (98-100% of the bench calls' rows hold an element whose bits differ from the value, so
+the judge reads nearly all of them).
+
 >>> import numpy as np
 >>> from fpemu.validate.ops import Call, lookup
 >>> q = np.float32(np.arange(8).reshape(1, 1, 2, 4) / 8)
@@ -34,7 +42,6 @@ centers alone): widened by W32 <= 1 + 2^-16.4 plus float32 underflow floors, der
 
 from __future__ import annotations
 
-import functools
 import math
 from typing import Any
 
@@ -45,6 +52,8 @@ from fpemu.validate.ops._attention_bound import (
     ETA,
     F32,
     W32,
+    add_unmasked,
+    causal_keys,
     colsum,
     const,
     f32abs,
@@ -99,25 +108,20 @@ def _mm(a: np.ndarray, b: np.ndarray, slot: str = "", out: bool = False) -> np.n
     return np.asarray(np.matmul(ops[0], ops[1], out=o))
 
 
-@functools.lru_cache(maxsize=16)
-def _causal(lq: int, lk: int) -> np.ndarray:
-    """The causal mask's masked keys (above the diagonal), read-only, cached per shape."""
-    t = np.triu(np.ones((lq, lk), bool), 1)
-    t.flags.writeable = False
-    return t
-
-
 def _q_block(lq: int) -> int:
     return 256 if lq >= 768 else 64 if lq >= 192 else 32
 
 
 def _scores(call: Call, q: np.ndarray, k: np.ndarray, causal: bool, *,
-            bound: bool = True) -> tuple[Any, ...]:  # fmt: skip
+            bound: bool = True, fill: bool = True) -> tuple[Any, ...]:  # fmt: skip
     """Exact scores s = scale*(q k^T) + mask in float64 with the kernel's float32 scale (-inf
     where the key is masked out: causal or a -inf mask), the masked keys, and e_s: a bound on
     the kernel's float32 s (GEMM of D products, the scale, the mask add), (g_D scale |q||k|^T +
     g_2 |s| + g_2 |mask|)(1 + g_2), in float32 (:mod:`._attention_bound`; 0 where masked).
-    Without ``bound`` (emulate: the value only), e_s and the masked keys are None."""
+    Without ``bound`` (emulate: the value only), e_s and the masked keys are None. Without
+    ``fill`` (watch, for :func:`.probs` with a finite shift) the causal keys of s are left as
+    computed (one pass fewer; they are in the masked keys). Also returned: |q| and |k|^T as
+    float32 (the e_s GEMM's operands; |k|^T a transposed view of a contiguous |k|)."""
     d = q.shape[-1]
     sc = call.kwargs.get("scale")
     scale = float(np.float32(1.0 / math.sqrt(d) if sc is None else sc))
@@ -145,17 +149,21 @@ def _scores(call: Call, q: np.ndarray, k: np.ndarray, causal: bool, *,
             s += mk
             if e_s is not None:
                 e_s += np.abs(mk).astype(F32) * const(g2 * (1 + g2))
-    tri = _causal(s.shape[-2], s.shape[-1]) if causal else None
-    if tri is not None:
+    tri = causal_keys(s.shape[-2], s.shape[-1]) if causal else None
+    if tri is not None and (fill or e_s is None):
         np.copyto(s, -np.inf, where=tri)
     if e_s is None:
-        return s, None, scale, None, None
+        return s, None, scale, None, None, None
     # the masked keys: the causal pattern alone (broadcast) where nothing else can make s -inf
     # (no mask, finite q and k: a float64 s of float32 products does not overflow)
-    plain = tri is not None and mask is None and np.isfinite(q).all() and np.isfinite(k).all()
+    # (finiteness from the float32 |q|, |k|: their max is inf or NaN exactly if an element is)
+    plain = tri is not None and mask is None and bool(np.isfinite(aq.max(initial=0.0)))
+    plain = plain and bool(np.isfinite(akt.max(initial=0.0)))
     masked = tri if plain else np.isneginf(s)
+    if tri is not None and not plain and not fill:
+        masked |= tri
     np.copyto(e_s, F32(0.0), where=masked)
-    return s, e_s, scale, masked, a if a.shape == s.shape else None
+    return s, e_s, scale, masked, a if a.shape == s.shape else None, (aq, akt)
 
 
 def _forward_bound(call: Call) -> tuple[Any, ...]:
@@ -177,7 +185,7 @@ def _forward_bound(call: Call) -> tuple[Any, ...]:
     )
     causal = bool(call.arg(4, "is_causal", False))
     name = call.out_dtypes[0]
-    s, e_s, _, masked, buf = _scores(call, q, k, causal, bound=call.model is None)
+    s, e_s, _, masked, buf, _ = _scores(call, q, k, causal, bound=call.model is None)
     lk = s.shape[-1]
     blocks = -(-lk // _KV_BLOCK)
     finite = ~np.isneginf(s) if masked is None else ~masked
@@ -222,14 +230,16 @@ def _forward_bound(call: Call) -> tuple[Any, ...]:
     p32 *= const(c)
     w += p32
     if tiny:
-        np.add(w, const((1 + g_en) * tiny * math.exp(emax)), out=w, where=finite)
+        add_unmasked(w, (1 + g_en) * tiny * math.exp(emax), masked)
     fl_w = fl * (1 + c) + (2 + c) * ETA
     # each weight's loss times |v| summed over the keys (per column), and ETA per GEMM term
     en = finish(mag_mm(w, av), W32, W32 * (fl_w * colsum(av) + lk * ETA))
     en += (lk + 2) * _UFL
     with np.errstate(invalid="ignore", divide="ignore"):
-        o = np.divide(N, np.where(empty, 1.0, S), out=N)
-        np.copyto(o, 0.0, where=empty)
+        any_empty = bool(empty.any())
+        o = np.divide(N, np.where(empty, 1.0, S) if any_empty else S, out=N)
+        if any_empty:
+            np.copyto(o, 0.0, where=empty)
         # e_o = ((en + |o| es) / (S - es))(1 + g2) + g2 |o| + tiny, times _SLACK, in place as
         # en kr + |o| (es kr + g2 _SLACK) + tiny _SLACK with the row factor kr = (1 + g2)
         # _SLACK / (S - es)
@@ -239,15 +249,16 @@ def _forward_bound(call: Call) -> tuple[Any, ...]:
         kr = (1 + g2) * _SLACK / np.where(bad, 1.0, den)
         e_o = en
         e_o *= kr
-        ao = np.abs(o)
+        ao = np.abs(o, out=scratch("ao", o.shape, o.dtype))
         ao *= es * kr + g2 * _SLACK
         e_o += ao
-        e_o += tiny * _SLACK
+        if tiny:  # (e_o + 0 is e_o: it is >= 0 or NaN)
+            e_o += tiny * _SLACK
         if bad.any():
             np.copyto(e_o, np.inf, where=bad)
         if np.isnan(e_o).any():
             nan_to_inf(e_o)
-        if empty.any():
+        if any_empty:
             np.copyto(e_o, 0.0, where=empty)
         lse = np.where(empty, 0.0, m + np.log(np.where(empty, 1.0, S)))
         e_l = -np.log1p(-np.minimum(es / S, 1.0)) + 2.0**-23 * np.abs(np.log(S)) + U32 * np.abs(lse)
@@ -314,7 +325,10 @@ def flash_attention_backward(call: Call) -> list[Out | None]:
     causal = bool(call.arg(7, "is_causal", False))
     name = call.out_dtypes[0]
     u_low, tiny = _UNIT[name], _TINY[name]
-    s, e_s, scale, masked, buf = _scores(call, q, k, causal, bound=call.model is None)
+    # s keeps its causal keys where probs zeroes them itself (lse finite)
+    fill = call.model is not None or not np.isfinite(lse).all()
+    s, e_s, scale, masked, buf, absqk = _scores(call, q, k, causal, bound=call.model is None,
+                                                fill=fill)  # fmt: skip
     lq, lk, d = s.shape[-2], s.shape[-1], q.shape[-1]
     names = call.out_dtypes
     if e_s is None:  # emulate: the centers only (the same operations as below)
@@ -329,10 +343,10 @@ def flash_attention_backward(call: Call) -> list[Out | None]:
     bk = -(-lk // _KV_BLOCK)
     low = name != "float32"
     p, rho = probs(s, lse, e_s, masked, _FEXP if low else _EXP_U10, 3 if low else 1, buf)
-    finite = ~masked
     p32 = e_s  # e_s is dead: its buffer takes p as float32
     np.copyto(p32, p, casting="same_kind")
-    agt, av, aq, ak = (f32abs(x) for x in (go, v, q, k))
+    agt, av = f32abs(go), f32abs(v)
+    aq, ak = absqk[0], np.swapaxes(absqk[1], -1, -2)  # |q|, |k| (contiguous) from _scores
     dv = _mm(np.swapaxes(p, -1, -2), go, "dv")  # a center: fresh
     # e_dv = E + g M, then + g' (M + e_dv), E = sum (p rho1 + tiny)|dO|, M = sum (p (1 + rho1) +
     # tiny)|dO|, rho1 = (1 + rho)(1 + u_low) - 1: one GEMM of (c1 + c2)(p rho1 + tiny) + c2 p
@@ -343,7 +357,7 @@ def flash_attention_backward(call: Call) -> list[Out | None]:
     w += const((c1 + c2) * u_low + c2)
     w *= p32
     if tiny:
-        np.add(w, const((c1 + c2) * tiny), out=w, where=finite)
+        add_unmasked(w, (c1 + c2) * tiny, masked)
     # underflow (_attention_bound): the cast of p loses ETA times the factor a rho + b after
     # it, the product ETA; the GEMM ETA per term
     r_max, p_max = (float(x.max(initial=0.0)) for x in (rho, p32))
@@ -376,7 +390,7 @@ def flash_attention_backward(call: Call) -> list[Out | None]:
     rho *= ee
     e_ds += rho
     e_ds *= p32
-    np.add(e_ds, const(tiny + 4 * _UFL), out=e_ds, where=finite)
+    add_unmasked(e_ds, tiny + 4 * _UFL, masked)
     a_max = float(ad.max(initial=0.0))
     p32 *= ad  # |dS|
     # underflow: the cast of p loses ETA times X = |dP - D|(rho a1 + a0) + (1 + rho) ee, the
