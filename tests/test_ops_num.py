@@ -129,3 +129,24 @@ def test_to_from_float64_shapes_and_nan(name: str) -> None:
         got, want = to(x, "float32"), x.astype(np.float32)
     assert (got.view(np.uint32) == want.view(np.uint32)).all() and got.dtype == want.dtype
     assert to(x.astype(np.float32), name).dtype == _NP[name]
+
+
+@pytest.mark.parametrize("name", ["float64", "float32", "float16", "bfloat16", "float8_e4m3fn"])
+def test_ulp_is_the_spacing_of_the_binade(name: str) -> None:
+    """ulp(v) = 2**(floor(log2 |v|) - mbits), at least the subnormal spacing, checked against
+    frexp/ldexp (the definition) on random magnitudes, powers of two and their neighbours,
+    zeros, the format's tiny and subnormal values, infinities and NaN."""
+    from fpemu.validate.ops._num import _EMIN, _MBITS, ulp  # noqa: PLC0415
+
+    rng = np.random.default_rng(4)
+    v = rng.standard_normal(5000) * 2.0 ** rng.integers(-1074, 1023, 5000).astype(np.float64)
+    twos = 2.0 ** np.arange(-1074, 1024, dtype=np.float64)
+    v = np.concatenate([v, twos, np.nextafter(twos, 0), np.nextafter(twos, np.inf), -twos,
+                        [0.0, -0.0, np.inf, -np.inf, np.nan, 5e-324]])  # fmt: skip
+    with np.errstate(over="ignore", invalid="ignore"):
+        want = np.ldexp(1.0, np.frexp(np.maximum(np.abs(v), 2.0 ** _EMIN[name]))[1] - 1
+                        - _MBITS[name])  # fmt: skip
+        got = ulp(v, name)
+    assert got.dtype == np.float64 and got.shape == v.shape
+    assert (got.view(np.uint64) == want.view(np.uint64)).all()
+    assert float(ulp(np.float64(1.0), name)) == 2.0 ** -_MBITS[name]

@@ -136,6 +136,11 @@ def _low_from64(x: np.ndarray, name: str) -> np.ndarray:
 def ulp(v: Any, name: str) -> np.ndarray:
     """The spacing of format ``name`` at ``|v|`` (float64; subnormal spacing below the normals)."""
     a = np.abs(np.asarray(v, np.float64))
-    e = np.frexp(np.maximum(a, 2.0 ** _EMIN[name]))[1] - 1
-    with np.errstate(over="ignore"):
-        return np.asarray(np.ldexp(1.0, e - _MBITS[name]), np.float64)
+    m = np.maximum(a, 2.0 ** _EMIN[name])
+    # 2**floor(log2 m): m's exponent field with the fraction cleared (m is a normal double); the
+    # product with 2**-mbits is exact
+    p = (m.view(np.uint64) & np.uint64(0x7FF0000000000000)).view(np.float64)
+    out = np.asarray(p * 2.0 ** -_MBITS[name], np.float64)
+    if not np.isfinite(m).all():  # inf and NaN as frexp reads them (exponent 0)
+        out = np.where(np.isfinite(m), out, 2.0 ** (-1 - _MBITS[name]))
+    return out
