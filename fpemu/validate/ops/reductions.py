@@ -26,7 +26,7 @@ import numpy as np
 from fpemu.validate.ops import Call, Out, bounded, exact
 from fpemu.validate.ops._fp import quiet
 from fpemu.validate.ops._iv import IV, iv_out
-from fpemu.validate.ops._num import dtype, is_float, to
+from fpemu.validate.ops._num import LOW, dtype, is_float, to
 
 __all__ = ["amax", "maxmin_dim", "mean", "sum_", "vector_norm"]
 
@@ -70,7 +70,51 @@ def sum_(call: Call) -> list[Out | None]:
         r = np.sum(x.astype(dtype(name)), axis=axes, keepdims=keep) if x.ndim else x
         return [exact(np.asarray(r).astype(dtype(name)))]
     iv, _ = _sum_iv(x, axes, keep, u)
-    return [iv_out(iv.v, iv, name, _WHY)]
+    return [_low_out(iv, name) or iv_out(iv.v, iv, name, _WHY)]
+
+
+def _rn_low(v: np.ndarray, name: str) -> np.ndarray:
+    """Finite float64 ``v`` rounded to nearest even in ``name`` (bfloat16/float16), as
+    ``_num.to`` rounds it (:func:`fpemu.round`, from the exact value) but in a few NumPy passes:
+    ``v`` rounded to odd in float32, then float32 to ``name`` (the ml_dtypes/NumPy cast, RNE).
+    Round-to-odd to a format with at least 2 more bits than the target, then round-to-nearest,
+    is the correct rounding (Boldo and Melquiond 2008); float32 has 24 bits against 8 and 11,
+    and its quantum is at most 2^-13 of the target's at every magnitude (the same exponent
+    range as bfloat16, a wider one than float16). Round-to-odd: float32's RNE result ``f``,
+    and where it is inexact with an even last bit, the other float32 neighbour of ``v`` (one
+    step of the bit pattern toward ``v``: sign-magnitude, across binades, 0 and inf included;
+    a ``v`` past float32's range gets float32's largest value, which rounds on to inf)."""
+    with np.errstate(over="ignore"):
+        f = np.asarray(v.astype(np.float32))
+        back = f.astype(np.float64)
+        bits = f.view(np.uint32)
+        fix = (back != v) & ((bits & np.uint32(1)) == 0)
+        if fix.any():
+            away = np.abs(back[fix]) > np.abs(v[fix])  # f above v in magnitude: toward zero
+            bits[fix] = np.where(away, bits[fix] - np.uint32(1), bits[fix] + np.uint32(1))
+        return f.astype(dtype(name))
+
+
+def _low_out(iv: IV, name: str) -> Out | None:
+    """``iv_out(iv.v, iv, name, _WHY)`` for a bfloat16/float16 output whose interval is finite
+    (its ends round to finite values), the same center, err and value, with :func:`_rn_low`
+    for ``to`` (``fpemu.round`` costs tens of microseconds a call on these small outputs); None
+    elsewhere (non-finite values, other formats: the caller takes ``iv_out``)."""
+    if name not in LOW:
+        return None
+    with np.errstate(invalid="ignore", over="ignore"):
+        slack = iv.e * (1 + 2.0**-40)  # as _iv.iv_ends
+        slack += np.abs(iv.v) * 2.0**-50
+        down, up = iv.v - slack, iv.v + slack
+        if not (np.isfinite(down).all() and np.isfinite(up).all()):
+            return None
+        lo = _rn_low(down, name).astype(np.float64)
+        hi = _rn_low(up, name).astype(np.float64)
+        center = lo * 0.5 + hi * 0.5
+        err = hi * 0.5 - lo * 0.5
+        if not np.isfinite(err).all():  # an end rounded to inf: iv_ends's general rules
+            return None
+    return bounded(_rn_low(iv.v, name), err, _WHY, center=center)
 
 
 @quiet("aten.mean.default", "aten.mean.dim")
