@@ -45,8 +45,13 @@ def _sum_iv(x: np.ndarray, axes: tuple[int, ...], keep: bool, u: float) -> tuple
     """The exact sum (float64) and its bound; K the number of terms per output."""
     v = np.asarray(x, np.float64)
     k = int(np.prod([x.shape[a] for a in axes])) if x.ndim else 1
-    total = np.sum(v, axis=axes, keepdims=keep) if x.ndim else v
-    absum = np.sum(np.abs(v), axis=axes, keepdims=keep) if x.ndim else np.abs(v)
+    if x.ndim:
+        total = np.sum(v, axis=axes, keepdims=keep)
+        # the magnitudes in v's own buffer where v is a copy (a widened 16-bit/float32 input):
+        # a second array of x's size costs more than its pass (measured)
+        absum = np.sum(np.abs(v, out=v if v is not x else None), axis=axes, keepdims=keep)
+    else:
+        total, absum = v, np.abs(v)
     g = (k - 1) * u / (1 - (k - 1) * u) if k > 1 else 0.0
     # NumPy's float64 pairwise sum of the center: within k * 2**-53 * sum|x|
     return IV(total, g * absum + k * 2.0**-52 * absum), k
@@ -89,9 +94,9 @@ def _rn_low(v: np.ndarray, name: str) -> np.ndarray:
         back = f.astype(np.float64)
         bits = f.view(np.uint32)
         fix = (back != v) & ((bits & np.uint32(1)) == 0)
-        if fix.any():
-            away = np.abs(back[fix]) > np.abs(v[fix])  # f above v in magnitude: toward zero
-            bits[fix] = np.where(away, bits[fix] - np.uint32(1), bits[fix] + np.uint32(1))
+        if fix.any():  # f above v in magnitude: one step toward zero (-1 wraps mod 2^32)
+            away = np.abs(back) > np.abs(v)
+            bits += np.where(away, np.uint32(0xFFFFFFFF), np.uint32(1)) * fix
         return f.astype(dtype(name))
 
 
@@ -105,16 +110,16 @@ def _low_out(iv: IV, name: str) -> Out | None:
     with np.errstate(invalid="ignore", over="ignore"):
         slack = iv.e * (1 + 2.0**-40)  # as _iv.iv_ends
         slack += np.abs(iv.v) * 2.0**-50
-        down, up = iv.v - slack, iv.v + slack
-        if not (np.isfinite(down).all() and np.isfinite(up).all()):
+        ends = np.stack([iv.v - slack, iv.v + slack, iv.v])  # one rounding call for all three
+        if not np.isfinite(ends).all():
             return None
-        lo = _rn_low(down, name).astype(np.float64)
-        hi = _rn_low(up, name).astype(np.float64)
+        rounded = _rn_low(ends, name)
+        lo, hi = rounded[0].astype(np.float64), rounded[1].astype(np.float64)
         center = lo * 0.5 + hi * 0.5
         err = hi * 0.5 - lo * 0.5
         if not np.isfinite(err).all():  # an end rounded to inf: iv_ends's general rules
             return None
-    return bounded(_rn_low(iv.v, name), err, _WHY, center=center)
+    return bounded(rounded[2], err, _WHY, center=center)
 
 
 @quiet("aten.mean.default", "aten.mean.dim")
