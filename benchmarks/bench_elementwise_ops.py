@@ -85,8 +85,9 @@ def old_table(base: str) -> dict[str, Any]:
         sys.modules.update({f"{PKG}.{m}": mod for m, mod in saved_mods.items()})
 
 
-def capture(config: str) -> dict[str, list[Call]]:
-    """The Calls of :data:`OPS` during one watched bench GPT step, judged in this thread."""
+def capture(config: str, warm: int = 0) -> dict[str, list[Call]]:
+    """The Calls of :data:`OPS` during one watched bench GPT step, judged in this thread, after
+    ``warm`` unwatched steps (the first step's optimizer state is all zeros)."""
     lookup(OPS[0])
     calls: dict[str, list[Call]] = {op: [] for op in OPS}
     saved = {op: TABLE[op] for op in OPS}
@@ -103,6 +104,8 @@ def capture(config: str) -> dict[str, list[Call]]:
     os.environ[procpool.ENV] = "0"
     try:
         model, opt, scaler, batch = bench_watch.make(config)
+        for _ in range(warm):
+            bench_watch.step(model, opt, scaler, batch, config)
         with fpemu.watch():
             bench_watch.step(model, opt, scaler, batch, config)
     finally:
@@ -174,14 +177,16 @@ def main() -> None:
     ap.add_argument("--configs", nargs="+", default=["bf16", "fp32"])
     ap.add_argument("--base", default="HEAD")
     ap.add_argument("--ops", nargs="+", default=list(OPS), help="a subset of the ops")
+    ap.add_argument("--warm", type=int, default=0, help="unwatched steps before the recorded one")
     args = ap.parse_args()
     old_fns = old_table(args.base)
     print(f"baseline: {', '.join(MODULES)} at {args.base}; times: judge_call per step (sum over "
-          f"the op's calls), best of {args.repeats}, old and new alternating")  # fmt: skip
+          f"the op's calls), best of {args.repeats}, old and new alternating; recorded step: "
+          f"{args.warm + 1}")  # fmt: skip
     print(f"{'config':6} {'op':24} {'calls':>5} {'old':>9} {'new':>9} {'old/new':>7}  "
           "values verdicts bounds fault  verdicts(new)")  # fmt: skip
     for config in args.configs:
-        calls = capture(config)
+        calls = capture(config, args.warm)
         tot_o = tot_n = 0.0
         for op in args.ops:
             new_fn = TABLE[op]

@@ -22,6 +22,7 @@ multiplications/divisions (exact), 0.5 and -0.5 are ``sqrt`` and ``rsqrt``.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -60,6 +61,20 @@ def _stored(v: Any, name: str) -> Any:
     converted to float first, then to a 16-bit format (two roundings)."""
     if isinstance(v, np.ndarray):
         return v.astype(np.float64).astype(np.float32) if is_float(name) else v
+    if type(v) in (bool, int, float):
+        # the optimizers pass the same few scalars (eps, 1 for a step count) every step; the
+        # key tells -0.0 from 0.0 (equal, same hash) by its repr
+        return _stored_builtin(type(v).__name__, v, repr(v), name)
+    return _store(v, name)
+
+
+@functools.lru_cache(maxsize=4096)
+def _stored_builtin(_kind: str, v: Any, _text: str, name: str) -> Any:
+    """:func:`_store` of a bool/int/float, remembered (a NumPy scalar: immutable)."""
+    return _store(v, name)
+
+
+def _store(v: Any, name: str) -> Any:
     if not is_float(name):
         return np.asarray(v).astype(dtype(name))[()]
     f = np.asarray([float(v)], np.float64)
