@@ -318,7 +318,7 @@ def _sqrt32(x: np.ndarray) -> Out:
     (``sqrtps``/``sqrtss``, IEEE 754: correctly rounded) gives in one pass: rounding the
     correctly rounded double square root to float32 is the correct rounding (double rounding is
     innocuous for sqrt when 53 >= 2*24 + 2, Figueroa 1995), and NaN, inf, -0 and the negatives
-    come out alike (tests/test_ops_elementwise_sqrt32.py compares every exponent, the subnormals
+    come out alike (tests/test_ops_elementwise_fast.py compares every exponent, the subnormals
     and the specials). The bound is ``_hull`` of the ``K_LIBM`` float32 neighbours either side,
     as there: ``center = lo/2 + hi/2``, ``err = hi/2 - lo/2`` (exact: float32 ends in float64),
     NaN center where ``x`` gives NaN."""
