@@ -17,8 +17,10 @@ exactness claim), ``verdicts`` (the whole judged row), ``bounds`` (center and er
 every element) and ``fault``: the verdicts with a one-ulp fault planted in torch's output at
 one element (the first, middle and last of each call in turn; the exact ops must say
 ``differs``, the bounded ones whatever their bound says, the same for old and new).
-Pin the threads on a shared machine:
-``OMP_NUM_THREADS=1 python benchmarks/bench_elementwise_ops.py [--configs bf16 fp32]``.
+``--warm N`` records the step after N unwatched ones (the first step's Adam state is zeros: its
+``addcmul`` sums are exact products, many on float32 midpoints). Pin the threads on a shared
+machine: ``OMP_NUM_THREADS=1 python benchmarks/bench_elementwise_ops.py [--configs bf16 fp32]
+[--base COMMIT] [--warm N]``.
 """
 
 from __future__ import annotations
