@@ -229,3 +229,120 @@ def test_welford_step_repairs_inexact_midpoints() -> None:
     w1 = oracle(delta, c, m1)
     same_bits(n1, w1)
     same_bits(n2, oracle(delta, x - w1, m2))
+
+
+def _midpoint_heavy(shape: tuple[int, ...], seed: int) -> tuple[np.ndarray, ...]:
+    """bfloat16-valued factors (8-bit significands, like the bench GPT's gradients) and addends:
+    many float64 sums are exact and lie on float32 midpoints (flagged, left alone), and a few
+    addends are made tiny so that the sums are inexact on a boundary (flagged, repaired); some
+    sums round into the float32 subnormals, some are exact zeros (flagged, skipped)."""
+    g = np.random.default_rng(seed)
+
+    def bf(x: np.ndarray) -> np.ndarray:  # round to 8 significant bits (bfloat16 values)
+        m, e = np.frexp(x)
+        return np.ldexp(np.round(m * 256) / 256, e).astype(np.float32)
+
+    a = bf(g.standard_normal(shape))
+    b = bf(g.standard_normal(shape))
+    c = g.standard_normal(shape).astype(np.float32)
+    pick = g.random(shape)
+    c[pick < 0.3] = 0.0
+    # a (24 bits, odd last bit) * 1.5: a 25-bit product, a float32 midpoint; c a sliver below
+    # half a float64 ulp of it, either sign: inexact float64 sums on midpoints
+    sliver = pick > 0.9
+    odd = (g.integers(2**23, 2**24, sliver.sum()) | 1).astype(np.float64) * 2.0**-23
+    a[sliver] = odd.astype(np.float32)
+    b[sliver] = np.float32(1.5)
+    c[sliver] = (odd * 1.5 * 2.0**-60 * np.where(g.random(sliver.sum()) < 0.5, 1, -1)).astype(
+        np.float32
+    )
+    tiny = (pick > 0.85) & (pick <= 0.9)
+    a[tiny] *= np.float32(2.0**-70)
+    b[tiny] *= np.float32(2.0**-60)
+    zero = (pick > 0.3) & (pick < 0.32)
+    c[zero] = -(a[zero] * b[zero])  # exact float32 products (8 x 8 bits): exact zero sums
+    return a, b, c
+
+
+@pytest.mark.parametrize("shape", [(5, 7000), (3, 5, 2300), (40001,), (9000, 2)])
+def test_fma32_blocked_path_flags_and_repairs_across_blocks(shape: tuple[int, ...]) -> None:
+    """The row-blocked path of large arrays (its buffers serve every block, the flagged elements
+    of all blocks are repaired together) against the exact oracle, on data where many sums lie on
+    float32 midpoints (exact and inexact), in the subnormals and at zero, in every block and in
+    a short last block; also with a scalar (non power of two) factor and with strided
+    (non-contiguous) operands."""
+    a, b, c = _midpoint_heavy(shape, 21)
+    n = a.size
+    assert n > _fma._BLOCK
+    with np.errstate(all="ignore"):
+        s = np.float64(a) * b + c
+        assert boundary32(s).sum() > 50  # the case this test is about
+        got = fma32(a, b, c)
+        # the oracle on a sample (the Fractions are slow) that includes every flagged element
+        flagged = np.flatnonzero(boundary32(s))
+        g = np.random.default_rng(1)
+        idx = np.union1d(flagged, g.choice(n, 2000, replace=False))
+        fa, fb, fc = (v.reshape(-1)[idx] for v in (a, b, c))
+        want = oracle(fa, fb, fc)
+        same_bits(got.reshape(-1)[idx], want)
+        # the repair matters here: the plain float64 sum rounded to float32 is wrong somewhere
+        assert (s.astype(np.float32).reshape(-1)[idx].view(np.uint32) != want.view(np.uint32)).any()
+        # the small path on the same elements agrees too (every element, not a sample)
+        flat = fma32(a.reshape(-1)[:_fma._BLOCK], b.reshape(-1)[:_fma._BLOCK],
+                     c.reshape(-1)[:_fma._BLOCK])  # fmt: skip
+        same_bits(got.reshape(-1)[: _fma._BLOCK], flat)
+        # a scalar factor (not a power of two): the product path with one widened scalar
+        k = np.float32(0.1)
+        got_k = fma32(k, b, c)
+        same_bits(got_k.reshape(-1)[idx], oracle(k, fb, fc))
+        # strided views: the same values read through other strides
+        wide = np.zeros((*shape[:-1], 2 * shape[-1]), np.float32)
+        views = []
+        for v in (a, b, c):
+            w = wide.copy()
+            w[..., ::2] = v
+            views.append(w[..., ::2])
+        assert not views[0].flags.c_contiguous
+        same_bits(fma32(*views), got)
+
+
+def test_fma32_blocked_path_broadcast_transposed_and_empty() -> None:
+    """Broadcast operands (a row, a column, a 0-d addend) and a transposed (Fortran-order)
+    operand on the blocked path give the oracle's bits; empty arrays give empty float32."""
+    a, b, c = _midpoint_heavy((300, 120), 5)
+    with np.errstate(all="ignore"):
+        col, row = b[:, :1], c[:1, :]
+        got = fma32(a, col, row)
+        assert a.size > _fma._BLOCK
+        idx = np.random.default_rng(2).choice(a.size, 1500, replace=False)
+        A, C, R = np.broadcast_arrays(a, col, row)
+        same_bits(got.reshape(-1)[idx], oracle(A.reshape(-1)[idx], C.reshape(-1)[idx],
+                                              R.reshape(-1)[idx]))  # fmt: skip
+        t = np.asfortranarray(a)
+        same_bits(fma32(t, b, c), fma32(a, b, c))
+        same_bits(fma32(a, b, np.float32(0.5))[:2], oracle(a[:2], b[:2], np.float32(0.5)))
+        for shape in [(0, 3), (3, 0), (0,)]:
+            e = np.zeros(shape, np.float32)
+            r = fma32(e, e, e)
+            assert r.shape == shape and r.dtype == np.float32
+
+
+def test_repair32_fixes_inexact_boundary_sums_and_skips_zeros() -> None:
+    """repair32 (used by the Welford and LayerNorm paths) with an exact float64 product ``p``:
+    zeros and exact sums among the flagged elements stay, inexact ones get the single rounding."""
+    from fpemu.validate.ops._fma import repair32  # noqa: PLC0415
+
+    # (1+U) * 2^-24 (1-U) = 2^-24 - 2^-70: below the midpoint 1+5U + 2^-24, which float64
+    # rounds onto and float32 would tie up to the even 1+6U; exact sums; a zero; the subnormals
+    a = np.float32([1 + U, -(1 + U), 3.0, 0.0, 1.0, 2.0**-70, 1 + U])
+    b = np.float32([2.0**-24 * (1 - U), 2.0**-24 * (1 - U), 1.0, 5.0, -1.0, 2.0**-70, 1.5])
+    c = np.float32([1 + 5 * U, -(1 + 5 * U), -0.5, 0.0, 1.0, 2.0**-149, -(2.0**-100)])
+    p = np.float64(a) * b
+    want = oracle(a, b, c)
+    with np.errstate(all="ignore"):
+        s = p + c
+        out = s.astype(np.float32)
+        wrong = out.view(np.uint32) != want.view(np.uint32)
+        assert wrong.sum() == 3  # the two inexact midpoints, and 1.5 (1+U) - 2^-100
+        repair32(out, p, c, s, np.ones(s.shape, bool))
+    same_bits(out, want)

@@ -56,16 +56,11 @@ def fma32(a: Any, b: Any, c: Any) -> np.ndarray:
             if fast is not None:
                 return fast
         n = math.prod(shape)
-        if n > _BLOCK and shape[0] > 1:  # row blocks: temporaries that stay in cache
-            step = max(1, shape[0] * _BLOCK // n)
-            a, b, c = (np.broadcast_to(v, shape) for v in (a, b, c))
-            out = np.empty(shape, np.float32)
-            for i in range(0, shape[0], step):
-                out[i : i + step] = fma32(a[i : i + step], b[i : i + step], c[i : i + step])
-            return out
-        # one float64 buffer, products then sums in place; the products are recomputed only
-        # where repair32 looks
         big, small = (a, b) if a.size >= b.size else (b, a)
+        if n > _BLOCK and shape[0] > 1:
+            return _blocks(big, small, c, shape, n)
+        # one float64 buffer, products then sums in place; the products are formed again only
+        # where repair32 looks
         s = np.empty(shape, np.float64)
         s[...] = big  # exact widening (a cast in the assignment: the fastest measured order)
         np.multiply(s, np.asarray(small, np.float64), out=s)
@@ -73,13 +68,45 @@ def fma32(a: Any, b: Any, c: Any) -> np.ndarray:
         out = s.astype(np.float32)
         risky = boundary32(s)
         if risky.any():
-            repair32(out, (a, b), c, s, risky)
+            _repair_at(out, (a, b), c, np.flatnonzero(risky), None)
     return out
 
 
 #: elements per block of a large :func:`fma32` (its float64 temporaries then stay in cache:
 #: measured about 2x faster on 512 x 128 than one pass over the whole array)
 _BLOCK = 16384
+
+
+def _blocks(big: np.ndarray, small: np.ndarray, c: np.ndarray, shape: tuple[int, ...],
+            n: int) -> np.ndarray:  # fmt: skip
+    """:func:`fma32` of a large array in row blocks of about :data:`_BLOCK` elements: the
+    float64 buffers are allocated once and serve every block (an array ``small`` is widened
+    into the second one), the few flagged elements of all blocks are repaired together."""
+    out = np.empty(shape, np.float32)
+    rows = shape[0]
+    step = max(1, rows * _BLOCK // n)
+    one = np.asarray(small, np.float64) if small.size == 1 else None
+    bb, sb, cb = (np.broadcast_to(v, shape) for v in (big, small, c))
+    buf = np.empty((step, *shape[1:]), np.float64)
+    tmp = np.empty_like(buf) if one is None else buf
+    flagged: list[np.ndarray] = []
+    for i in range(0, rows, step):
+        s = buf[: min(step, rows - i)]
+        s[...] = bb[i : i + step]
+        if one is not None:
+            np.multiply(s, one, out=s)
+        else:
+            t = tmp[: len(s)]
+            t[...] = sb[i : i + step]
+            np.multiply(s, t, out=s)
+        np.add(s, cb[i : i + step], out=s, dtype=np.float64)
+        out[i : i + step] = s  # the cast rounds to nearest even, as astype does
+        risky = boundary32(s)
+        if risky.any():
+            flagged.append(np.flatnonzero(risky) + i * (n // rows))
+    if flagged:
+        _repair_at(out, (big, small), c, np.concatenate(flagged), None)
+    return out
 
 
 def _by_power_of_two(a: np.ndarray, k: np.ndarray, c: np.ndarray) -> np.ndarray | None:
@@ -128,22 +155,35 @@ def repair32(out: np.ndarray, p: Any, c: Any, s: np.ndarray, risky: np.ndarray) 
     ``p + c`` cannot round to zero in float64, so zeros are skipped first) ``s`` is made
     round-to-odd with it and rounded again (53 >= 24 + 2 bits: one correct rounding). Exact
     sums, common among boundary cases (few-bit values), are left as they are."""
+    idx = np.flatnonzero(risky)
+    _repair_at(out, p, c, idx, s.reshape(-1)[idx], s.shape)
+
+
+def _repair_at(out: np.ndarray, p: Any, c: Any, idx: np.ndarray, ss: np.ndarray | None,
+               shape: tuple[int, ...] | None = None) -> None:  # fmt: skip
+    """:func:`repair32` given the flagged elements: their C-order positions ``idx`` in ``shape``
+    (default ``out``'s) and their float64 sums ``ss`` (None: formed here from ``p`` and ``c``,
+    ``p`` being exact in float64, as the caller formed them)."""
+    shape = out.shape if shape is None else shape
     with np.errstate(invalid="ignore", over="ignore"):
-        risky = risky & (s != 0)
-        if not risky.any():
-            return
-        idx = np.flatnonzero(risky)
         if isinstance(p, tuple):  # the product's float32 factors
-            ps = np.asarray(_at(p[0], s.shape, idx), np.float64) * _at(p[1], s.shape, idx)
+            ps = np.asarray(_at(p[0], shape, idx), np.float64) * _at(p[1], shape, idx)
         else:
-            ps = np.asarray(_at(p, s.shape, idx), np.float64)
-        cs, ss = np.asarray(_at(c, s.shape, idx), np.float64), s.reshape(-1)[idx]
+            ps = np.asarray(_at(p, shape, idx), np.float64)
+        cs = np.asarray(_at(c, shape, idx), np.float64)
+        if ss is None:  # the float64 sums again: the exact product plus c, rounded once
+            ss = ps + cs
+        nz = ss != 0  # a nonzero p + c cannot round to zero in float64: zeros are exact
+        if not nz.all():
+            idx, ss, ps, cs = idx[nz], ss[nz], ps[nz], cs[nz]
+        if not idx.size:
+            return
         bb = ss - ps
         e = (ps - (ss - bb)) + (cs - bb)
         bad = np.isfinite(e) & (e != 0)
         if bad.any():
             fixed = np.asarray(round_to_odd(ss[bad], e[bad]), np.float64).astype(np.float32)
-            out[np.unravel_index(idx[bad], s.shape)] = fixed
+            out[np.unravel_index(idx[bad], shape)] = fixed
 
 
 def _at(a: Any, shape: tuple[int, ...], flat: np.ndarray) -> np.ndarray:

@@ -22,6 +22,7 @@ multiplications/divisions (exact), 0.5 and -0.5 are ``sqrt`` and ``rsqrt``.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -60,6 +61,20 @@ def _stored(v: Any, name: str) -> Any:
     converted to float first, then to a 16-bit format (two roundings)."""
     if isinstance(v, np.ndarray):
         return v.astype(np.float64).astype(np.float32) if is_float(name) else v
+    if type(v) in (bool, int, float):
+        # the optimizers pass the same few scalars (eps, 1 for a step count) every step; the
+        # key tells -0.0 from 0.0 (equal, same hash) by its repr
+        return _stored_builtin(type(v).__name__, v, repr(v), name)
+    return _store(v, name)
+
+
+@functools.lru_cache(maxsize=4096)
+def _stored_builtin(_kind: str, v: Any, _text: str, name: str) -> Any:
+    """:func:`_store` of a bool/int/float, remembered (a NumPy scalar: immutable)."""
+    return _store(v, name)
+
+
+def _store(v: Any, name: str) -> Any:
     if not is_float(name):
         return np.asarray(v).astype(dtype(name))[()]
     f = np.asarray([float(v)], np.float64)
@@ -288,9 +303,42 @@ def sqrt(call: Call) -> list[Out | None]:
     (torch 2.13 avx512, measured: 5,924 of 2,000,003 random float32 inputs one ulp from NumPy's
     correctly rounded ``sqrt``; 16-element tensors all equal)."""
     name = call.out_dtypes[0]
+    x = call.args[0]
+    if name == "float32" and isinstance(x, np.ndarray) and x.dtype == np.float32:
+        return [_sqrt32(x)]
     if name not in LOW:
         return unary_libm(call, np.sqrt)
-    return [exact(to(np.sqrt(call.args[0].astype(np.float32)), name))]
+    return [exact(to(np.sqrt(x.astype(np.float32)), name))]
+
+
+def _sqrt32(x: np.ndarray) -> Out:
+    """:func:`unary_libm`'s Out for ``sqrt`` of a float32 tensor, the same bits, computed in
+    float32: its value and the lazy bound's candidates start from ``RN32(sqrt(x))``, which
+    ``unary_libm`` forms as ``float32(sqrt64(float64(x)))`` and NumPy's float32 ``sqrt``
+    (``sqrtps``/``sqrtss``, IEEE 754: correctly rounded) gives in one pass: rounding the
+    correctly rounded double square root to float32 is the correct rounding (double rounding is
+    innocuous for sqrt when 53 >= 2*24 + 2, Figueroa 1995), and NaN, inf, -0 and the negatives
+    come out alike (tests/test_ops_elementwise_fast.py compares every exponent, the subnormals
+    and the specials). The bound is ``_hull`` of the ``K_LIBM`` float32 neighbours either side,
+    as there: ``center = lo/2 + hi/2``, ``err = hi/2 - lo/2`` (exact: float32 ends in float64),
+    NaN center where ``x`` gives NaN."""
+    with np.errstate(invalid="ignore"):
+        value = np.sqrt(x)
+
+    def bound(idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        with np.errstate(invalid="ignore", over="ignore"):
+            rn = np.sqrt(x.reshape(-1)[idx])
+            lo, hi = rn, rn
+            for _ in range(K_LIBM):
+                lo = np.nextafter(lo, np.float32(-np.inf))
+                hi = np.nextafter(hi, np.float32(np.inf))
+            lo64, hi64 = lo.astype(np.float64), hi.astype(np.float64)
+            same = lo64 == hi64
+            center = np.where(same, lo64, lo64 / 2 + hi64 / 2)
+            err = np.where(same, 0.0, hi64 / 2 - lo64 / 2)
+        return np.where(np.isnan(lo64), np.nan, center), err
+
+    return lazy(value, bound, _LIBM)
 
 
 @quiet("aten.pow.Tensor_Scalar", "aten.pow_.Scalar")

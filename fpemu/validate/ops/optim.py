@@ -76,7 +76,8 @@ def arr(x: Any, name: str) -> np.ndarray:
         raise TypeError(
             f"{name}: expected a float32/float16/bfloat16/float64 tensor, got {a.dtype}"
         )
-    return a if a.dtype == np.float64 else a.astype(F32)
+    # no copy where it is float32 already: the kernels here only read their operands
+    return a if a.dtype == np.float64 else a.astype(F32, copy=False)
 
 
 def lerp32(s: Any, e: Any, w: Any, *, fused: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -93,6 +94,9 @@ def lerp32(s: Any, e: Any, w: Any, *, fused: bool) -> tuple[np.ndarray, np.ndarr
         d = F32(e) - F32(s)
         w = np.asarray(w, F32)
         small = np.abs(w) < F32(0.5)  # NaN weights take the ``end`` branch, as in torch
+        if w.ndim == 0 and small:  # a scalar weight below 0.5 (Adam's): no select, one loop
+            vector = madd(w, d, np.asarray(s, np.result_type(s, e)), fused=fused)
+            return vector, vector
         coeff = np.where(small, w, w - F32(1))
         base = np.where(small, s, e)
         vector = madd(coeff, d, base, fused=fused)
@@ -164,8 +168,12 @@ def _pointwise(call: Call, kind: str) -> list[Out | None]:
     if out not in _VIA32:
         raise TypeError(f"{call.op}: output dtype {out!r} is not float32/float16/bfloat16/float64")
     if kind == "lerp":
-        r, r_scalar = (to(x, out) for x in lerp32(s, a, b, fused=simd(call)))
-        if not np.array_equal(r.view(f"u{r.itemsize}"), r_scalar.view(f"u{r.itemsize}")):
+        vector, scalar = lerp32(s, a, b, fused=simd(call))
+        r = to(vector, out)
+        r_scalar = r if scalar is vector else to(scalar, out)  # one loop: nothing to compare
+        if r_scalar is not r and not np.array_equal(
+            r.view(f"u{r.itemsize}"), r_scalar.view(f"u{r.itemsize}")
+        ):
             return [_shaped(bounded(r, 0.0, _ZERO_SIGN), s.shape if inplace else None)]
         return [_shaped(exact(r), s.shape if inplace else None)]
     elif kind == "addcmul":
