@@ -93,9 +93,10 @@ def test_capabilities() -> None:
 @pytest.mark.parametrize("name", ["float32", "bfloat16", "float16"])
 def test_vector_norm(name: str) -> None:
     """``linalg_vector_norm`` (clip_grad_norm_'s total norm): ord +-inf and 0 exact, 1 and 2
-    within the float32 sum's bound, on whole tensors and along dims; a result 1% off differs."""
+    within the float32 sum's bound, on whole tensors and along dims; a result 5% off differs."""
     dt = getattr(torch, name)
-    x = (torch.randn(37, 53, dtype=torch.float64) * 3).to(dt)
+    g = torch.Generator().manual_seed(59)  # the seed that once planted an admissible result
+    x = (torch.randn(37, 53, dtype=torch.float64, generator=g) * 3).to(dt)
     op = aten.linalg_vector_norm.default
     for o in (2, 1, float("inf"), float("-inf"), 0):
         claim = "exact" if o in (float("inf"), float("-inf"), 0) else "bounded"
@@ -104,7 +105,10 @@ def test_vector_norm(name: str) -> None:
         check(op, x, o, [0], claim=claim)
     check(op, x.to(torch.float32), 2, None, False, dtype=torch.float32, claim="bounded")
     outs, em = emulate(op, x, 2)
-    bad = np.asarray(to_numpy(outs[0]).astype(np.float32) * np.float32(1.01)).astype(
+    # 5% off: beyond the bound for every format (1% is 1.3 ulps of bfloat16, and the rounding of
+    # a bounded value next to a midpoint admits both neighbours: seed 59 planted a result the
+    # bound rightly admits)
+    bad = np.asarray(to_numpy(outs[0]).astype(np.float32) * np.float32(1.05)).astype(
         to_numpy(outs[0]).dtype
     )
     assert judge(bad, em[0]).verdict == "differs"

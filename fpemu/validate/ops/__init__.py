@@ -137,7 +137,7 @@ TABLE: dict[str, Emulation] = {}
 
 #: the modules that register emulations (imported on first lookup)
 _MODULES = (
-    "views", "casts", "matmul", "elementwise", "activations", "softmax", "norms", "losses",
+    "views", "casts", "matmul", "elementwise", "libm", "activations", "softmax", "norms", "losses",
     "reductions", "embedding", "conv", "attention", "dropout", "optim", "optim_foreach",
     "optim_fused", "scaler",
 )  # fmt: skip
