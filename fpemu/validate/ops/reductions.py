@@ -26,7 +26,7 @@ import numpy as np
 from fpemu.validate.ops import Call, Out, bounded, exact, lazy
 from fpemu.validate.ops._fp import quiet
 from fpemu.validate.ops._iv import IV, iv_ends, iv_out
-from fpemu.validate.ops._num import LOW, dtype, is_float, to
+from fpemu.validate.ops._num import dtype, is_float, to
 
 __all__ = ["amax", "maxmin_dim", "mean", "sum_", "vector_norm"]
 
@@ -82,8 +82,7 @@ def sum_(call: Call) -> list[Out | None]:
     k = int(np.prod([x.shape[a] for a in axes])) if x.ndim else 1
     total = np.sum(v, axis=axes, keepdims=keep) if x.ndim else v
     g = (k - 1) * u / (1 - (k - 1) * u) if k > 1 else 0.0
-    finite = name in LOW and bool(np.isfinite(total).all())
-    value = _rn_low(total, name) if finite else to(total, name)
+    value = to(total, name)
     errs: list[np.ndarray] = []  # the whole err, formed on the first call
 
     def bound(idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -97,28 +96,6 @@ def sum_(call: Call) -> list[Out | None]:
         return iv_ends(IV(np.ravel(total)[idx], errs[0][idx]), name)
 
     return [lazy(value, bound, _WHY)]
-
-
-def _rn_low(v: np.ndarray, name: str) -> np.ndarray:
-    """Finite float64 ``v`` rounded to nearest even in ``name`` (bfloat16/float16), as
-    ``_num.to`` rounds it (:func:`fpemu.round`, from the exact value) but in a few NumPy passes:
-    ``v`` rounded to odd in float32, then float32 to ``name`` (the ml_dtypes/NumPy cast, RNE).
-    Round-to-odd to a format with at least 2 more bits than the target, then round-to-nearest,
-    is the correct rounding (Boldo and Melquiond 2008); float32 has 24 bits against 8 and 11,
-    and its quantum is at most 2^-13 of the target's at every magnitude (the same exponent
-    range as bfloat16, a wider one than float16). Round-to-odd: float32's RNE result ``f``,
-    and where it is inexact with an even last bit, the other float32 neighbour of ``v`` (one
-    step of the bit pattern toward ``v``: sign-magnitude, across binades, 0 and inf included;
-    a ``v`` past float32's range gets float32's largest value, which rounds on to inf)."""
-    with np.errstate(over="ignore"):
-        f = np.asarray(v.astype(np.float32))
-        back = f.astype(np.float64)
-        bits = f.view(np.uint32)
-        fix = (back != v) & ((bits & np.uint32(1)) == 0)
-        if fix.any():  # f above v in magnitude: one step toward zero (-1 wraps mod 2^32)
-            away = np.abs(back) > np.abs(v)
-            bits += np.where(away, np.uint32(0xFFFFFFFF), np.uint32(1)) * fix
-        return f.astype(dtype(name))
 
 
 @quiet("aten.mean.default", "aten.mean.dim")

@@ -101,6 +101,11 @@ _HERE = frozenset(
 _STORAGE = frozenset({"aten.as_strided.default", "aten.as_strided_.default"})
 
 
+#: seconds between two moves of the queue between ops (each reads the worker's pipe: a system
+#: call; the worker holds a few calls ahead, several hundred microseconds of work)
+_PUMP_EVERY = 1e-4
+
+
 def _is_view(func: Any) -> bool:
     """Whether an output of the ATen overload is a view of an input (its schema's alias
     annotation); asked once per overload (:data:`_INFO` keeps the answer)."""
@@ -142,6 +147,7 @@ class Watcher:
         self.seconds = 0.0
         self._queue: Any = None  # fpemu.offload.Queue while installed, where workers may run
         self._queued: list[tuple[dict[str, Any], int]] = []
+        self._pumped = 0.0  # when the queue was last moved along
         self.worker_judgements = 0  # judgements a worker process made (the rest: this one)
 
     # -- where an op runs -------------------------------------------------------------------
@@ -221,7 +227,8 @@ class Watcher:
         t1 = time.perf_counter()
         result = func(*args, **kwargs)
         t2 = time.perf_counter()
-        if self._queued:
+        if self._queued and t2 - self._pumped > _PUMP_EVERY:
+            self._pumped = t2
             self._queue.pump()
         outs = op_outputs(func, args, kwargs, result)
         row = self._row(name, phase, args, kwargs, outs)
