@@ -14,7 +14,10 @@ ones are bounded from the kernel's own float32 formula:
 
 ``gelu(approximate='none')`` of a contiguous tensor of two or more elements runs oneDNN's
 minimax GELU (measured): emulated bit for bit (``_onednn``, AVX512 machines; elsewhere not
-emulated). Otherwise (and in ``gelu_backward``) its erf is not libm's: ATen computes it through
+emulated). float32 ``gelu_backward(approximate='none')`` of a contiguous ``x`` of two or more
+elements runs oneDNN's A&S GELU derivative (measured): emulated bit for bit (``_onednn_bwd``,
+its FMA and SSE4.1/AVX kernels). Otherwise (and in 16-bit ``gelu_backward``) its erf is not
+libm's: ATen computes it through
 ``Vectorized<float>::erf`` (Abramowitz-Stegun 7.1.26 in float32 around a Sleef ``expf``,
 vec256_float.h) or ``std::erf`` (see ``_erf.erf_iv``). In the tails the float32 evaluation
 cancels (``1 + erf`` near -1): the bound follows that evaluation, not the exact
@@ -44,6 +47,7 @@ import numpy as np
 
 from fpemu.validate.ops import Call, Out, exact
 from fpemu.validate.ops import _onednn as onednn
+from fpemu.validate.ops import _onednn_bwd as onednn_bwd
 from fpemu.validate.ops._erf import erf_center
 from fpemu.validate.ops._erf import erf_iv as _erf_iv
 from fpemu.validate.ops._fp import by_bits, candidates, codes, fma32, hull_out, quiet
@@ -282,13 +286,20 @@ def gelu(call: Call) -> list[Out | None]:
 
 @quiet("aten.gelu_backward.default")
 def gelu_backward(call: Call) -> list[Out | None]:
-    """erf: ``dy * (cdf + x*pdf)``, cdf = ``0.5*(1 + erf(x/sqrt2))``, pdf = ``beta*exp(-x*x/2)``,
-    the running bound with the erf interval of :func:`_erf_iv`. tanh: the running bound of the
+    """erf: ``dy * (cdf + x*pdf)``, cdf = ``0.5*(1 + erf(x/sqrt2))``, pdf = ``beta*exp(-x*x/2)``;
+    float32 on oneDNN's path (:func:`_onednn_path`): oneDNN's kernel, exact; otherwise the
+    running bound with the erf interval of :func:`_erf_iv`. tanh: the running bound of the
     Gelu.h formula (non-monotone in tanh, four contraction sites). The bound is computed only
     where torch's result differs from the value (:func:`iv_lazy`)."""
     name = call.out_dtypes[0]
     dy = _x(call.args[0], name)
     approx = call.kwargs.get("approximate", call.args[2] if len(call.args) > 2 else "none")
+    x0 = call.args[1]
+    if approx != "tanh" and name == "float32" and _onednn_path(x0, dy):
+        fused = onednn_bwd.kernel_fused()
+        if fused is not None:  # oneDNN's kernel, emulated bit for bit (module _onednn_bwd)
+            with np.errstate(all="ignore"):
+                return [exact(np.asarray(dy * onednn_bwd.gelu_erf_bwd(x0, fused=fused), _F))]
     xval, xiv = _xpart(call.args[1], name, _gelu_bw_tanh if approx == "tanh" else _gelu_bw_erf)
     with np.errstate(all="ignore"):
         val = dy * xval
@@ -300,6 +311,14 @@ def gelu_backward(call: Call) -> list[Out | None]:
     if approx == "tanh":
         return [iv_lazy(val, iv_at, name, _IVR)]
     return [iv_lazy(val, iv_at, name, _ERF, ftz=True)]
+
+
+def _onednn_path(x: np.ndarray, dy: np.ndarray) -> bool:
+    """Whether torch 2.13 runs oneDNN's float32 ``gelu_backward`` (``use_mkldnn(self)``,
+    measured): ``x`` float32, contiguous, two or more elements; ``dy`` of its shape (any
+    strides: measured)."""
+    return (x.dtype == _F and x.size >= 2 and x.flags.c_contiguous
+            and np.shape(dy) == x.shape)  # fmt: skip
 
 
 def _xpart(

@@ -1,0 +1,146 @@
+"""oneDNN's GELU backward (``eltwise_gelu_erf``, backward by source): the path torch 2.13 takes
+for a float32 ``gelu_backward(approximate='none')`` whose input ``x`` is contiguous with two or
+more elements (``use_mkldnn(self)`` in ATen's ``gelu_backward_out_cpu``), emulated bit for bit.
+
+oneDNN's ``jit_uni_eltwise_injector::gelu_erf_compute_vector_bwd`` computes the derivative
+``d = 0.5 + T + 0.5*erf(R)`` with ``R = x*c`` (``c`` = 1/sqrt2 in float32), ``Q = exp(-R*R)`` by
+oneDNN's own ``exp_compute_vector_fwd`` (Cody-Waite reduction by ``ln2``, a degree-5 polynomial,
+the power of two built in the exponent field as ``2 * 2**(n-1)``, zero below ``ln(FLT_MIN)``),
+``T = (R / sqrtpi) * Q`` and erf by Abramowitz-Stegun 7.1.26 (``W = 1 / (p|R| + 1)``, a Horner
+polynomial in ``W``, ``erf = sign(R) * (1 - Q*W*poly)``); then ``P = T + 0.5`` and
+``d = 0.5*erf + P`` as one FMA; the kernel's result is ``dy * d``. Every step rounds to
+float32 once; ``uni_vfmadd*`` is one FMA on the AVX2/AVX512 kernels and a product then a sum
+(two roundings) on the SSE4.1/AVX ones. The constants below are oneDNN's table entries
+(float32 bit patterns). Measured (tests/test_ops_activations.py, tests/test_ops_gelu_isa.py):
+identical to torch 2.13 on every element, under ``ATEN_CPU_CAPABILITY`` default/avx2/avx512
+(oneDNN does not read it), with ``ONEDNN_MAX_CPU_ISA`` AVX2 (fused) and AVX/SSE41 (unfused).
+
+>>> import numpy as np
+>>> [round(v, 6) for v in gelu_erf_bwd(np.float32([0.0, 1.0, -1.0]), fused=True).tolist()]
+[0.5, 1.083315, -0.083315]
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import numpy as np
+
+from fpemu.validate.ops._fma import boundary32, repair32
+
+__all__ = ["gelu_erf_bwd", "kernel_fused"]
+
+_F = np.float32
+
+
+def _c(bits: int) -> np.float32:
+    return _F(np.array([bits], np.uint32).view(_F)[0])
+
+
+_LOG2E, _LN_MAX, _LN_MIN, _LN2 = _c(0x3FB8AA3B), _c(0x42B17218), _c(0xC2AEAC50), _c(0x3F317218)
+#: exp's polynomial, degree 1 to 5 (degree 0 is 1)
+_EXP = tuple(_c(b) for b in (0x3F7FFFFB, 0x3EFFFEE3, 0x3E2AAD40, 0x3D2B9D0D, 0x3C07CFCE))
+_P, _RSQRT2, _RSQRTPI = _c(0x3EA7BA05), _c(0x3F3504F3), _c(0x3F106EBA)
+#: A&S 7.1.26's polynomial, degree 1 to 5 in W (0.254829592, -0.284496736, ... as float32)
+_AS = tuple(_c(b) for b in (0x3E827906, 0xBE91A98E, 0x3FB5F0E3, 0xBFBA00E3, 0x3F87DC22))
+_ONE, _HALF = _F(1), _F(0.5)
+#: elements per block: every temporary of a block stays in cache (measured faster than whole
+#: arrays on 512 x 512)
+_BLOCK = 16384
+
+
+def _isa_cap() -> str | None:
+    """oneDNN's ISA cap from the environment ('' when none; None when the two names disagree)."""
+    caps = {os.environ.get(v, "").strip().upper() for v in ("ONEDNN_MAX_CPU_ISA",
+                                                             "DNNL_MAX_CPU_ISA")}  # fmt: skip
+    caps.discard("")
+    return "" if not caps else caps.pop() if len(caps) == 1 else None
+
+
+@functools.cache
+def _flags() -> frozenset[str]:
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            return frozenset(next((ln for ln in f if ln.startswith("flags")), "").split())
+    except OSError:
+        return frozenset()
+
+
+def kernel_fused() -> bool | None:
+    """Which of oneDNN's kernels runs here: True for the FMA ones (the CPU has AVX2 and FMA and
+    ``ONEDNN_MAX_CPU_ISA`` allows AVX2), False for SSE4.1/AVX (capped there, or a CPU without
+    AVX2), None where not known (no SSE4.1, an unknown cap): then not emulated."""
+    cap, flags = _isa_cap(), _flags()
+    if cap is None or "sse4_1" not in flags:
+        return None
+    if cap in ("SSE41", "AVX"):
+        return False
+    if cap and not cap.startswith(("AVX2", "AVX512", "AVX10", "ALL", "DEFAULT")):
+        return None
+    if "avx2" in flags:
+        return True if "fma" in flags else None
+    return False
+
+
+def _fma(a: np.ndarray, b: np.ndarray | np.float32, c: np.ndarray | np.float32) -> np.ndarray:
+    """``a*b + c`` of float32 operands rounded once (the float64 product is exact; only sums on
+    a float32 rounding boundary are redone: ``_fma.repair32``)."""
+    s = a.astype(np.float64)
+    s *= np.float64(b) if np.ndim(b) == 0 else np.asarray(b, np.float64)
+    s += np.float64(c) if np.ndim(c) == 0 else np.asarray(c, np.float64)
+    out = s.astype(_F)
+    risky = boundary32(s)
+    if risky.any():
+        repair32(out, (a, b), np.asarray(c, np.float64), s, risky)
+    return out
+
+
+def _mad(a: np.ndarray, b: np.ndarray | np.float32, c: np.ndarray | np.float32,
+         fused: bool) -> np.ndarray:  # fmt: skip
+    """``uni_vfmadd``: one FMA (AVX2/AVX512) or a float32 product then a float32 sum."""
+    if fused:
+        return _fma(a, b, c)
+    return np.asarray(a * b + c, _F)
+
+
+def _exp(y: np.ndarray, fused: bool) -> np.ndarray:
+    """oneDNN's ``exp_compute_vector_fwd`` of float32 ``y`` (here ``y <= 0`` or NaN)."""
+    below = y < _LN_MIN  # zeroed at the end
+    v = np.maximum(np.minimum(y, _LN_MAX), _LN_MIN)  # NaN y: the result is NaN anyway (see doc)
+    fx = np.floor(v * _LOG2E + _HALF)  # a float32 product, then a float32 sum, then floor
+    r = _mad(-fx, _LN2, v, fused)  # vfnmadd231ps: v - fx*ln2
+    # 2**(n-1) built in the exponent field: n - 1 = -127 gives the bits 0, i.e. 0.0
+    k = (fx - _ONE).astype(np.int32) + np.int32(127)
+    pw = (k << np.int32(23)).view(_F)
+    pw[below] = 0
+    p = np.full_like(r, _EXP[4])
+    for coef in (_EXP[3], _EXP[2], _EXP[1], _EXP[0], _ONE):
+        p = _mad(p, r, coef, fused)
+    return np.asarray((p * pw) * _F(2), _F)
+
+
+def _block(x: np.ndarray, fused: bool) -> np.ndarray:
+    r = np.asarray(x * _RSQRT2, _F)
+    q = _exp(-(r * r), fused)
+    t = (r * _RSQRTPI) * q
+    w = _ONE / _mad(np.abs(r), _P, _ONE, fused)
+    s = -q * w
+    poly = np.full_like(w, _AS[4])
+    for coef in (_AS[3], _AS[2], _AS[1], _AS[0]):
+        poly = _mad(poly, w, coef, fused)
+    erf = _mad(s, poly, _ONE, fused)
+    erf = np.where(np.signbit(r), -erf, erf)  # the sign of R put back (an XOR of the bit)
+    return _mad(erf, _HALF, t + _HALF, fused)
+
+
+def gelu_erf_bwd(x: np.ndarray, *, fused: bool) -> np.ndarray:
+    """oneDNN's float32 GELU derivative ``d(x)`` (the module doc), bit for bit; ``fused``: the
+    FMA kernels (:func:`kernel_fused`). torch's ``gelu_backward`` is then ``dy * d``."""
+    a = np.asarray(x, _F)
+    flat = a.reshape(-1)
+    out = np.empty_like(flat)
+    with np.errstate(all="ignore"):  # inf and NaN inputs are data: the kernel's own results
+        for i in range(0, flat.size, _BLOCK):
+            out[i : i + _BLOCK] = _block(flat[i : i + _BLOCK], fused)
+    return out.reshape(a.shape)
