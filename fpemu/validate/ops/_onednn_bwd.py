@@ -27,7 +27,7 @@ import os
 
 import numpy as np
 
-from fpemu.validate.ops._fma import boundary32, repair32
+from fpemu.validate.ops._fma import repair32
 
 __all__ = ["gelu_erf_bwd", "kernel_fused"]
 
@@ -84,15 +84,19 @@ def kernel_fused() -> bool | None:
 
 
 def _fma(a: np.ndarray, b: np.ndarray | np.float32, c: np.ndarray | np.float32) -> np.ndarray:
-    """``a*b + c`` of float32 operands rounded once (the float64 product is exact; only sums on
-    a float32 rounding boundary are redone: ``_fma.repair32``)."""
+    """``a*b + c`` of float32 operands rounded once, for sums that are 0 or normal in float32:
+    the float64 product is exact and the float64 sum ``s`` carries one rounding, so ``s`` rounds
+    to float32 as the exact sum does except where it lies on a float32 midpoint (bits 28..0 of
+    its significand ``1`` then zeros); only there ``_fma.repair32`` redoes it (TwoSum,
+    round-to-odd). Why no subnormal check (``_fma.boundary32``): at every call site in
+    :func:`_block` the exact sum is 0 or above ``2**-126`` in magnitude (see there)."""
     s = a.astype(np.float64)
-    s *= np.float64(b) if np.ndim(b) == 0 else np.asarray(b, np.float64)
-    s += np.float64(c) if np.ndim(c) == 0 else np.asarray(c, np.float64)
+    s *= b
+    s += c
     out = s.astype(_F)
-    risky = boundary32(s)
-    if risky.any():
-        repair32(out, (a, b), np.asarray(c, np.float64), s, risky)
+    mid = (s.view(np.uint64) & np.uint64(0x1FFFFFFF)) == np.uint64(0x10000000)
+    if mid.any():
+        repair32(out, (a, b), np.asarray(c, np.float64), s, mid)
     return out
 
 
@@ -105,33 +109,42 @@ def _mad(a: np.ndarray, b: np.ndarray | np.float32, c: np.ndarray | np.float32,
 
 
 def _exp(y: np.ndarray, fused: bool) -> np.ndarray:
-    """oneDNN's ``exp_compute_vector_fwd`` of float32 ``y`` (here ``y <= 0`` or NaN)."""
+    """oneDNN's ``exp_compute_vector_fwd`` of float32 ``y <= 0`` (or NaN: then every result of
+    :func:`_block` is NaN whatever ``Q`` is, through ``T``): its clamp from above is a no-op."""
     below = y < _LN_MIN  # zeroed at the end
-    v = np.maximum(np.minimum(y, _LN_MAX), _LN_MIN)  # NaN y: the result is NaN anyway (see doc)
+    v = np.maximum(y, _LN_MIN)
     fx = np.floor(v * _LOG2E + _HALF)  # a float32 product, then a float32 sum, then floor
-    r = _mad(-fx, _LN2, v, fused)  # vfnmadd231ps: v - fx*ln2
-    # 2**(n-1) built in the exponent field: n - 1 = -127 gives the bits 0, i.e. 0.0
-    k = (fx - _ONE).astype(np.int32) + np.int32(127)
-    pw = (k << np.int32(23)).view(_F)
+    # vfnmadd231ps, v - fx*ln2: the exact difference is 0 (fx = 0) or a nonzero multiple of
+    # 2**-25 (v, ln2 and the integer fx are float32 of exponent >= -2 there): normal
+    r = _mad(-fx, _LN2, v, fused)
+    # 2 * 2**(n-1), built in the exponent field: n - 1 = -127 gives the bits 0, i.e. 0.0
+    pw = ((fx + _F(126)).astype(np.int32) << np.int32(23)).view(_F)
     pw[below] = 0
-    p = np.full_like(r, _EXP[4])
-    for coef in (_EXP[3], _EXP[2], _EXP[1], _EXP[0], _ONE):
+    # Horner in r, |r| <= 0.35: every partial sum lies above 0.03 (normal)
+    p = _mad(np.full_like(r, _EXP[4]), r, _EXP[3], fused)
+    for coef in (_EXP[2], _EXP[1], _EXP[0], _ONE):
         p = _mad(p, r, coef, fused)
     return np.asarray((p * pw) * _F(2), _F)
 
 
 def _block(x: np.ndarray, fused: bool) -> np.ndarray:
+    """:func:`gelu_erf_bwd` of a 1-D block. The FMAs' exact sums are 0 or normal (what
+    :func:`_fma` needs): ``p|R| + 1 >= 1``; the A&S Horner sums are multiples of ``2**-48``
+    (``W`` in (0, 1] and the coefficients are float32 of exponent >= -3); ``1 + s*poly`` is a
+    multiple of ``2**-48`` too, or near 1 where ``s`` is tiny."""
     r = np.asarray(x * _RSQRT2, _F)
     q = _exp(-(r * r), fused)
     t = (r * _RSQRTPI) * q
     w = _ONE / _mad(np.abs(r), _P, _ONE, fused)
     s = -q * w
-    poly = np.full_like(w, _AS[4])
-    for coef in (_AS[3], _AS[2], _AS[1], _AS[0]):
+    poly = _mad(np.full_like(w, _AS[4]), w, _AS[3], fused)
+    for coef in (_AS[2], _AS[1], _AS[0]):
         poly = _mad(poly, w, coef, fused)
     erf = _mad(s, poly, _ONE, fused)
     erf = np.where(np.signbit(r), -erf, erf)  # the sign of R put back (an XOR of the bit)
-    return _mad(erf, _HALF, t + _HALF, fused)
+    # 0.5*erf + (T + 0.5): the product by 0.5 is exact (|erf| >= 2**-48 or 0), so the FMA is
+    # the float32 sum, fused or not
+    return np.asarray(erf * _HALF + (t + _HALF), _F)
 
 
 def gelu_erf_bwd(x: np.ndarray, *, fused: bool) -> np.ndarray:
