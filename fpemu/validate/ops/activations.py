@@ -218,10 +218,27 @@ def silu(call: Call) -> list[Out | None]:
     return [by_bits(call.args[0], one)]
 
 
+#: elements per block of an elementwise float32 emulation: its temporaries then stay in cache
+#: (oneDNN's GELU on 512 x 512 float32, measured: 16 ms in one pass, 8 ms in blocks)
+_BLOCK = 16384
+
+
+def _blocked(fn: Callable[[np.ndarray], np.ndarray], x: np.ndarray) -> np.ndarray:
+    """An elementwise ``fn`` (float32 to float32) applied to ``x`` block by block: the same
+    bits as ``fn(x)``."""
+    if x.size <= _BLOCK:
+        return fn(x)
+    flat = np.ascontiguousarray(x).reshape(-1)
+    out = np.empty(flat.shape, _F)
+    for i in range(0, flat.size, _BLOCK):
+        out[i : i + _BLOCK] = fn(flat[i : i + _BLOCK])
+    return out.reshape(x.shape)
+
+
 def _onednn_gelu(x: np.ndarray, name: str) -> np.ndarray:
     """oneDNN's GELU in float32, then its conversion to the output format (bfloat16 through
     ``vcvtneps2bf16`` flushes subnormal float32 values to zero where the CPU has it)."""
-    y = onednn.gelu_minimax(x)
+    y = _blocked(onednn.gelu_minimax, x)
     if name == "bfloat16" and onednn.bf16_flushes():
         y = np.where(np.abs(y) < _F(2.0**-126), np.copysign(_F(0), y), y).astype(_F)
     return to(y, name)
