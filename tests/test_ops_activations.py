@@ -303,3 +303,18 @@ def test_gelu_float32_large_in_blocks() -> None:
     x = torch.from_numpy(_bwd_x(16))
     check(aten.gelu.default, x, claim=claim)
     check(aten.gelu.default, x[: 6 * 64 * 100].reshape(6, 64, 100), claim=claim)
+
+
+def test_erf_blocks_same_bits() -> None:
+    """erf64 and erf_center of an array larger than a block equal their values on small
+    pieces bit for bit (the blocked path is elementwise), specials included."""
+    from fpemu.validate.ops import _erf  # noqa: PLC0415
+
+    z = (_bwd_x(17) * np.float32(math.sqrt(0.5))).astype(np.float32)
+    assert z.size > 2 * _erf._BLOCK
+    for fn in (_erf.erf64, _erf.erf_center):
+        whole = fn(z)
+        parts = np.concatenate([fn(z[i : i + 1000]) for i in range(0, z.size, 1000)])
+        assert np.array_equal(whole.view(np.uint64), parts.view(np.uint64)), fn.__name__
+        assert np.array_equal(fn(z.reshape(-1, 1)).reshape(-1).view(np.uint64),
+                              whole.view(np.uint64))  # fmt: skip

@@ -355,12 +355,20 @@ def _xpart(
     if fn is _gelu_bw_erf:  # erf's float64 center once: the value's, and the bound's where asked
         center = erf_center((x * _F(math.sqrt(0.5))).astype(_F)).reshape(-1)
         value = _gelu_bw_erf_value(x, center.reshape(x.shape))
-        return value, lambda idx: _gelu_bw_erf(flat[idx], center[idx])[1]
+        return value, lambda idx: _gelu_bw_erf_iv(flat[idx], center[idx])
     return _VALUE[fn](x), lambda idx: fn(flat[idx])[1]
 
 
 def _gelu_bw_erf(x: np.ndarray, center: np.ndarray | None = None) -> tuple[np.ndarray, IV]:
-    """``cdf + x*pdf`` of the erf form (``center``: erf's float64 center, if known)."""
+    """``cdf + x*pdf`` of the erf form (``center``: erf's float64 center, if known): its
+    float32 value and its interval."""
+    if center is None:
+        center = erf_center((x * _F(math.sqrt(0.5))).astype(_F))
+    return _gelu_bw_erf_value(x, center), _gelu_bw_erf_iv(x, center)
+
+
+def _gelu_bw_erf_iv(x: np.ndarray, center: np.ndarray) -> IV:
+    """The interval of :func:`_gelu_bw_erf` alone (the lazy bound needs no value)."""
     z = (x * _F(math.sqrt(0.5))).astype(_F)
     X = IV.of(x)
     erf = _erf_iv(z, center)
@@ -372,8 +380,7 @@ def _gelu_bw_erf(x: np.ndarray, center: np.ndarray | None = None) -> tuple[np.nd
             return np.asarray(np.exp(hi))
 
     kb = IV.const(_KB)
-    res = cdf + X * (kb * xsq.func(np.exp, slope))
-    return _gelu_bw_erf_value(x, erf.v), res
+    return cdf + X * (kb * xsq.func(np.exp, slope))
 
 
 _KB = 2 / math.sqrt(math.pi) * math.sqrt(0.5) * 0.5
