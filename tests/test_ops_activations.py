@@ -267,6 +267,9 @@ def test_gelu_backward_float32_onednn_exact() -> None:
     g2 = gt[: 300 * 64].reshape(64, 300)
     check(aten.gelu_backward.default, g2.t(), x2, claim=claim)  # strided dy: still oneDNN
     check(aten.gelu_backward.default, gt[:64].expand(300, 64), x2, claim=claim)
+    x1 = xt[:300].reshape(300, 1)[:, :1].reshape(1, 300)  # size-1 dims: contiguous for both
+    assert x1.is_contiguous()
+    check(aten.gelu_backward.default, gt[:300].reshape(1, 300), x1, claim=claim)
 
 
 def test_gelu_backward_float32_aten_path_bounded() -> None:
@@ -274,7 +277,8 @@ def test_gelu_backward_float32_aten_path_bounded() -> None:
     never claimed exact."""
     x = torch.from_numpy(_bwd_x(13)[:20000].reshape(-1, 2)).t()[0]
     g = torch.randn(x.shape, dtype=torch.float32)
-    for args in ((g, x), (g[:1], x[:1])):
+    xe = x[:64].reshape(1, 64).expand(50, 64)  # stride 0: not contiguous either
+    for args in ((g, x), (g[:1], x[:1]), (g[: 50 * 64].reshape(50, 64), xe)):
         _, em = emulate(aten.gelu_backward.default, *args)
         assert em[0] is not None and not em[0].exact
         check(aten.gelu_backward.default, *args, claim="bounded")
