@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -81,7 +82,7 @@ def _tail(y: np.ndarray) -> np.ndarray:
 _BLOCK = 16384
 
 
-def _blocks(fn: Any, z: np.ndarray) -> np.ndarray:
+def _blocks(fn: Callable[[np.ndarray], np.ndarray], z: np.ndarray) -> np.ndarray:
     """The elementwise float64 ``fn`` of ``z`` block by block (the same bits as ``fn(z)``)."""
     a = np.asarray(z)
     flat = a.reshape(-1)

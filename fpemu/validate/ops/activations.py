@@ -218,27 +218,10 @@ def silu(call: Call) -> list[Out | None]:
     return [by_bits(call.args[0], one)]
 
 
-#: elements per block of an elementwise float32 emulation: its temporaries then stay in cache
-#: (oneDNN's GELU on 512 x 512 float32, measured: 16 ms in one pass, 8 ms in blocks)
-_BLOCK = 16384
-
-
-def _blocked(fn: Callable[[np.ndarray], np.ndarray], x: np.ndarray) -> np.ndarray:
-    """An elementwise ``fn`` (float32 to float32) applied to ``x`` block by block: the same
-    bits as ``fn(x)``."""
-    if x.size <= _BLOCK:
-        return fn(x)
-    flat = np.ascontiguousarray(x).reshape(-1)
-    out = np.empty(flat.shape, _F)
-    for i in range(0, flat.size, _BLOCK):
-        out[i : i + _BLOCK] = fn(flat[i : i + _BLOCK])
-    return out.reshape(x.shape)
-
-
 def _onednn_gelu(x: np.ndarray, name: str) -> np.ndarray:
     """oneDNN's GELU in float32, then its conversion to the output format (bfloat16 through
     ``vcvtneps2bf16`` flushes subnormal float32 values to zero where the CPU has it)."""
-    y = _blocked(onednn.gelu_minimax, x)
+    y = onednn_bwd.blocked(onednn.gelu_minimax, x)  # cache-sized blocks: 2x faster, same bits
     if name == "bfloat16" and onednn.bf16_flushes():
         y = np.where(np.abs(y) < _F(2.0**-126), np.copysign(_F(0), y), y).astype(_F)
     return to(y, name)
@@ -304,7 +287,7 @@ def gelu(call: Call) -> list[Out | None]:
 @quiet("aten.gelu_backward.default")
 def gelu_backward(call: Call) -> list[Out | None]:
     """erf: ``dy * (cdf + x*pdf)``, cdf = ``0.5*(1 + erf(x/sqrt2))``, pdf = ``beta*exp(-x*x/2)``;
-    float32 on oneDNN's path (:func:`_onednn_path`): oneDNN's kernel, exact; otherwise the
+    float32 on oneDNN's path (``_onednn_bwd.runs``): oneDNN's kernel, exact; otherwise the
     running bound with the erf interval of :func:`_erf_iv`. tanh: the running bound of the
     Gelu.h formula (non-monotone in tanh, four contraction sites). The bound is computed only
     where torch's result differs from the value (:func:`iv_lazy`)."""
@@ -312,7 +295,7 @@ def gelu_backward(call: Call) -> list[Out | None]:
     dy = _x(call.args[0], name)
     approx = call.kwargs.get("approximate", call.args[2] if len(call.args) > 2 else "none")
     x0 = call.args[1]
-    if approx != "tanh" and name == "float32" and _onednn_path(x0, dy):
+    if approx != "tanh" and name == "float32" and onednn_bwd.runs(x0, dy):
         fused = onednn_bwd.kernel_fused()
         if fused is not None:  # oneDNN's kernel, emulated bit for bit (module _onednn_bwd)
             with np.errstate(all="ignore"):
@@ -328,14 +311,6 @@ def gelu_backward(call: Call) -> list[Out | None]:
     if approx == "tanh":
         return [iv_lazy(val, iv_at, name, _IVR)]
     return [iv_lazy(val, iv_at, name, _ERF, ftz=True)]
-
-
-def _onednn_path(x: np.ndarray, dy: np.ndarray) -> bool:
-    """Whether torch 2.13 runs oneDNN's float32 ``gelu_backward`` (``use_mkldnn(self)``,
-    measured): ``x`` float32, contiguous, two or more elements; ``dy`` of its shape (any
-    strides: measured)."""
-    return (x.dtype == _F and x.size >= 2 and x.flags.c_contiguous
-            and np.shape(dy) == x.shape)  # fmt: skip
 
 
 def _xpart(
