@@ -23,7 +23,7 @@ from fpemu.validate.ops._num import (  # noqa: E402
 from fpemu.validate.ops.activations import gelu  # noqa: E402
 from fpemu.validate.watch.convert import to_numpy  # noqa: E402
 from fpemu.validate.watch.verdict import judge  # noqa: E402
-from tests.ops_nn_util import check, inputs, rerun  # noqa: E402
+from tests.ops_nn_util import check, inputs, rerun, specials  # noqa: E402
 from tests.watch_ops_util import (  # noqa: E402
     capability,
     emulate,
@@ -103,9 +103,11 @@ def test_bounds_are_tight(name: str) -> None:
 
     x = torch.linspace(0.5, 3, 1000, dtype=torch.float64).to(getattr(torch, name))
     g = torch.linspace(-2, 2, 1000, dtype=torch.float64).to(getattr(torch, name))
+    # float32: the same values strided (contiguous ones run oneDNN's kernel, emulated exactly)
+    xs = torch.stack([x, x], 1)[:, 0] if name == "float32" else x
     cases = [(aten.gelu.default, (x,), {"approximate": "tanh"}),
              (aten.sigmoid.default, (x,), {}), (aten.silu.default, (x,), {}),
-             (aten.gelu_backward.default, (g, x), {}), (aten.silu_backward.default, (g, x), {}),
+             (aten.gelu_backward.default, (g, xs), {}), (aten.silu_backward.default, (g, x), {}),
              (aten.gelu_backward.default, (g, x), {"approximate": "tanh"})]  # fmt: skip
     for op, args, kw in cases:
         outs, em = emulate(op, *args, **kw)
@@ -225,3 +227,98 @@ def test_value_only_parts_equal_the_bounded_ones() -> None:
             a, b = fn(x)[0], value(x)
         assert a.dtype == b.dtype == np.float32
         assert np.array_equal(a.view(np.uint32), b.view(np.uint32)), fn.__name__
+
+
+def _bwd_x(seed: int) -> np.ndarray:
+    """float32 GELU-backward inputs: random at several scales, the tails where oneDNN's exp
+    reaches its zero threshold (|x| ~ 13.2: 2**(n-1) built as the bits 0), tiny, subnormal and
+    huge values (R*R overflows), and the specials."""
+    rng = np.random.default_rng(seed)
+    parts = [rng.standard_normal(20001) * 2, rng.standard_normal(5000) * 6,
+             rng.uniform(-20, 20, 5000), rng.standard_normal(2000) * 1e-3,
+             rng.uniform(13.1, 13.3, 3000), -rng.uniform(13.1, 13.3, 3000),
+             rng.uniform(-1, 1, 500) * 1e-39, rng.uniform(-1, 1, 500) * 3e38,
+             specials("float32")]  # fmt: skip
+    return np.concatenate(parts).astype(np.float32)
+
+
+def test_gelu_backward_float32_onednn_exact() -> None:
+    """A contiguous float32 ``x`` of two or more elements runs oneDNN's GELU backward: emulated
+    bit for bit (``_onednn_bwd``) wherever its kernel is known, and a one-ulp fault is
+    'differs' (``check``); any layout of ``dy``, any length (the JIT's vector tails)."""
+    from fpemu.validate.ops import _onednn_bwd  # noqa: PLC0415
+    from fpemu.validate.ops.activations import _gelu_bw_erf_value  # noqa: PLC0415
+
+    claim = "exact" if _onednn_bwd.kernel_fused() is not None else "bounded"
+    x = _bwd_x(11)
+    rng = np.random.default_rng(12)
+    g = rng.standard_normal(x.size).astype(np.float32)
+    xt, gt = torch.from_numpy(x), torch.from_numpy(g)
+    assert check(aten.gelu_backward.default, gt, xt, claim=claim)
+    # the kernel is not the correctly rounded formula: the exact claim is a finding
+    d = aten.gelu_backward.default(torch.ones_like(xt), xt).numpy()
+    with np.errstate(all="ignore"):
+        plain = _gelu_bw_erf_value(x)
+    fin = np.isfinite(plain)
+    assert np.count_nonzero(d[fin].view(np.uint32) != plain[fin].view(np.uint32)) > x.size // 4
+    for n in range(2, 70):
+        check(aten.gelu_backward.default, gt[:n], xt[100 : 100 + n], claim=claim)
+    x2 = xt[: 300 * 64].reshape(300, 64)
+    g2 = gt[: 300 * 64].reshape(64, 300)
+    check(aten.gelu_backward.default, g2.t(), x2, claim=claim)  # strided dy: still oneDNN
+    check(aten.gelu_backward.default, gt[:64].expand(300, 64), x2, claim=claim)
+    x1 = xt[:300].reshape(300, 1)[:, :1].reshape(1, 300)  # size-1 dims: contiguous for both
+    assert x1.is_contiguous()
+    check(aten.gelu_backward.default, gt[:300].reshape(1, 300), x1, claim=claim)
+
+
+def test_gelu_backward_float32_aten_path_bounded() -> None:
+    """A strided or one-element float32 ``x`` runs ATen's kernel (A&S/Sleef or libm): bounded,
+    never claimed exact."""
+    x = torch.from_numpy(_bwd_x(13)[:20000].reshape(-1, 2)).t()[0]
+    g = torch.randn(x.shape, dtype=torch.float32)
+    xe = x[:64].reshape(1, 64).expand(50, 64)  # stride 0: not contiguous either
+    for args in ((g, x), (g[:1], x[:1]), (g[: 50 * 64].reshape(50, 64), xe)):
+        _, em = emulate(aten.gelu_backward.default, *args)
+        assert em[0] is not None and not em[0].exact
+        check(aten.gelu_backward.default, *args, claim="bounded")
+
+
+def test_gelu_backward_float32_planted_faults() -> None:
+    """One-ulp faults planted anywhere in a oneDNN float32 gelu_backward are 'differs'."""
+    from fpemu.validate.ops import _onednn_bwd  # noqa: PLC0415
+
+    if _onednn_bwd.kernel_fused() is None:
+        pytest.skip("oneDNN's GELU-backward kernel is not known on this CPU")
+    x = torch.from_numpy(_bwd_x(14))
+    g = torch.randn(x.shape, dtype=torch.float32)
+    outs, em = emulate(aten.gelu_backward.default, g, x)
+    t, e = to_numpy(outs[0]), em[0]
+    assert e is not None and e.exact and judge(t, e).verdict == "identical"
+    fin = np.flatnonzero(np.isfinite(t) & (t != 0))
+    for i in [*fin[:: max(1, fin.size // 40)].tolist(), int(fin[-1])]:
+        assert judge(one_ulp_off(t, i), e).verdict == "differs", i
+
+
+def test_gelu_float32_large_in_blocks() -> None:
+    """A float32 erf-GELU larger than a block (oneDNN's kernel emulated block by block) is
+    identical to torch, a one-ulp fault 'differs' (``check``), 1-D and 3-D."""
+    claim = "exact" if _onednn.available() else "bounded"
+    x = torch.from_numpy(_bwd_x(16))
+    check(aten.gelu.default, x, claim=claim)
+    check(aten.gelu.default, x[: 6 * 64 * 100].reshape(6, 64, 100), claim=claim)
+
+
+def test_erf_blocks_same_bits() -> None:
+    """erf64 and erf_center of an array larger than a block equal their values on small
+    pieces bit for bit (the blocked path is elementwise), specials included."""
+    from fpemu.validate.ops import _erf  # noqa: PLC0415
+
+    z = (_bwd_x(17) * np.float32(math.sqrt(0.5))).astype(np.float32)
+    assert z.size > 2 * _erf._BLOCK
+    for fn in (_erf.erf64, _erf.erf_center):
+        whole = fn(z)
+        parts = np.concatenate([fn(z[i : i + 1000]) for i in range(0, z.size, 1000)])
+        assert np.array_equal(whole.view(np.uint64), parts.view(np.uint64)), fn.__name__
+        assert np.array_equal(fn(z.reshape(-1, 1)).reshape(-1).view(np.uint64),
+                              whole.view(np.uint64))  # fmt: skip
