@@ -322,3 +322,25 @@ def test_erf_blocks_same_bits() -> None:
         assert np.array_equal(whole.view(np.uint64), parts.view(np.uint64)), fn.__name__
         assert np.array_equal(fn(z.reshape(-1, 1)).reshape(-1).view(np.uint64),
                               whole.view(np.uint64))  # fmt: skip
+
+
+def test_gelu_with_mkldnn_disabled_is_judged_on_atens_kernels() -> None:
+    """``torch.backends.mkldnn.enabled = False`` sends GELU to ATen's own kernels: the watch
+    must judge them so (bounded), not against oneDNN's bit-exact emulation (a false alarm)."""
+    import warnings  # noqa: PLC0415
+
+    import fpemu  # noqa: PLC0415
+
+    x = torch.randn(128, 96, generator=torch.Generator().manual_seed(0), requires_grad=True)
+    dy = torch.randn(128, 96, generator=torch.Generator().manual_seed(1))
+    verdicts = {}
+    for enabled in (True, False):
+        with warnings.catch_warnings():  # torch warns about Intel GPUs when the flag is set
+            warnings.simplefilter("ignore", UserWarning)
+            with torch.backends.mkldnn.flags(enabled=enabled), fpemu.watch() as w:
+                torch.nn.functional.gelu(x).backward(dy)
+                torch.nn.functional.gelu(x.detach().bfloat16())
+        verdicts[enabled] = [r["verdict"] for r in w.report().rows if "gelu" in r["op"]]
+    assert len(verdicts[False]) == 3 and "differs" not in verdicts[False]
+    assert "bounded" in verdicts[False]  # ATen's float32 erf is not oneDNN's: bounded
+    assert "differs" not in verdicts[True]

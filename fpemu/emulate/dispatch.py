@@ -188,7 +188,7 @@ class EmulateMode(TorchDispatchMode):  # type: ignore[misc,no-untyped-call]
             tuple(dtype_name(t.dtype) for t in outs),
             capability=self.capability,
             model=self.model,
-            options={**self.options, "outputs": _Outputs(outs)},
+            options={**self.options, "outputs": _Outputs(outs), "mkldnn": _mkldnn()},
         )
         try:
             values = list(emulation(call))
@@ -236,7 +236,7 @@ class EmulateMode(TorchDispatchMode):  # type: ignore[misc,no-untyped-call]
             tuple(dtype_name(m.dtype) for m in metas),
             capability=CAPABILITY,
             model=self.model,
-            options={**self.options, "outputs": ()},
+            options={**self.options, "outputs": (), "mkldnn": _mkldnn()},
         )
         try:
             values = list(op.emulation(call)) if op.emulation is not None else []
@@ -275,3 +275,11 @@ class EmulateMode(TorchDispatchMode):  # type: ignore[misc,no-untyped-call]
             if fresh is not None:
                 flags += [fresh] * len(_flat(value))
         return flags + [True] * (len(outs) - len(flags))
+
+
+def _mkldnn() -> bool:
+    """``torch.backends.mkldnn.enabled`` now (off, torch runs ATen's GELU kernels, not
+    oneDNN's: the emulations follow)."""
+    import torch  # noqa: PLC0415
+
+    return bool(torch._C._get_mkldnn_enabled())

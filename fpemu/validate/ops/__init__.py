@@ -58,8 +58,9 @@ class Call:
             ``"outputs"``: torch's own outputs (NumPy, schema order), for the few ops whose
             result is not a function of their inputs (a random mask is judged given torch's
             own draw), and ``"num_threads"``: torch's intra-op thread count (per-thread partial
-            sums of LayerNorm/BatchNorm parameter gradients depend on it); ``emulate`` passes
-            its policy.
+            sums of LayerNorm/BatchNorm parameter gradients depend on it), and ``"mkldnn"``:
+            ``torch.backends.mkldnn.enabled`` (off, torch runs ATen's GELU kernels instead of
+            oneDNN's); ``emulate`` passes its policy.
     """
 
     op: str

@@ -264,7 +264,9 @@ def gelu(call: Call) -> list[Out | None]:
     name = call.out_dtypes[0]
     approx = call.kwargs.get("approximate", call.args[1] if len(call.args) > 1 else "none")
     x0 = call.args[0]
-    if approx != "tanh" and x0.size >= 2 and x0.flags.c_contiguous and name != "float64":
+    # (``options["mkldnn"]``: torch.backends.mkldnn.enabled as watch saw it; off, ATen's kernel)
+    mkldnn = call.options.get("mkldnn", True)
+    if mkldnn and approx != "tanh" and x0.size >= 2 and x0.flags.c_contiguous and name != "float64":
         # torch 2.13 CPU, measured: a contiguous erf-GELU of two or more elements runs oneDNN.
         # Its avx512_core kernel is emulated bit for bit; its pre-AVX512 kernels use oneDNN's
         # own exp, not pinned: there the erf-formula bound below applies (measured with
@@ -295,7 +297,8 @@ def gelu_backward(call: Call) -> list[Out | None]:
     dy = _x(call.args[0], name)
     approx = call.kwargs.get("approximate", call.args[2] if len(call.args) > 2 else "none")
     x0 = call.args[1]
-    if approx != "tanh" and name == "float32" and onednn_bwd.runs(x0, dy):
+    mkldnn = call.options.get("mkldnn", True)  # torch.backends.mkldnn.enabled (see gelu)
+    if mkldnn and approx != "tanh" and name == "float32" and onednn_bwd.runs(x0, dy):
         fused = onednn_bwd.kernel_fused()
         if fused is not None:  # oneDNN's kernel, emulated bit for bit (module _onednn_bwd)
             with np.errstate(all="ignore"):

@@ -144,6 +144,8 @@ class Watcher:
 
         self._current_node = torch._C._current_autograd_node
         self._threads = torch.get_num_threads  # how torch splits rows: some sums depend on it
+        # whether torch may run oneDNN kernels (torch.backends.mkldnn.enabled): GELU's differ
+        self._mkldnn = torch._C._get_mkldnn_enabled
         self.seconds = 0.0
         self._queue: Any = None  # fpemu.offload.Queue while installed, where workers may run
         self._queued: list[tuple[dict[str, Any], int]] = []
@@ -252,7 +254,11 @@ class Watcher:
                 dict(np_kwargs or {}),
                 tuple(row["out_dtypes"]),
                 capability=self.capability,
-                options={"outputs": outputs, "num_threads": self._threads()},
+                options={
+                    "outputs": outputs,
+                    "num_threads": self._threads(),
+                    "mkldnn": self._mkldnn(),
+                },
             )
             if storage is not None:
                 call.options["storage"] = storage
