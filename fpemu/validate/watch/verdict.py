@@ -51,8 +51,8 @@ class Judged(NamedTuple):
     by_layout: bool = False
 
 
-_UINT = {1: np.dtype(np.uint8), 2: np.dtype(np.uint16), 4: np.dtype(np.uint32),
-         8: np.dtype(np.uint64)}  # fmt: skip
+_UINT: dict[int, np.dtype[Any]] = {1: np.dtype(np.uint8), 2: np.dtype(np.uint16),
+                                   4: np.dtype(np.uint32), 8: np.dtype(np.uint64)}  # fmt: skip
 
 
 def _bits(a: np.ndarray) -> np.ndarray:
