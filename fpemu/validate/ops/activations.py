@@ -50,7 +50,7 @@ from fpemu.validate.ops import _onednn as onednn
 from fpemu.validate.ops import _onednn_bwd as onednn_bwd
 from fpemu.validate.ops._erf import erf_center
 from fpemu.validate.ops._erf import erf_iv as _erf_iv
-from fpemu.validate.ops._fp import by_bits, candidates, codes, fma32, hull_out, quiet
+from fpemu.validate.ops._fp import by_bits, candidates, fma32, hull_out, quiet
 from fpemu.validate.ops._iv import IV, iv_lazy, iv_out
 from fpemu.validate.ops._num import LOW, to
 
@@ -189,7 +189,7 @@ def sigmoid(call: Call) -> list[Out | None]:
         ev = [_F(1) / (_F(1) + e) for e in _ends(c)]
         return hull_out(_F(1) / (_F(1) + c[len(c) // 2]), ev, name, _HULL)
 
-    return [by_bits(call.args[0], one)]
+    return [by_bits(call.args[0], one, key=("sigmoid", name))]
 
 
 @quiet("aten.tanh.default", "aten.tanh_.default")
@@ -201,7 +201,7 @@ def tanh(call: Call) -> list[Out | None]:
         c = candidates(np.tanh(_x(a, name).astype(np.float64)))
         return hull_out(c[len(c) // 2], c, name, _HULL)
 
-    return [by_bits(call.args[0], one)]
+    return [by_bits(call.args[0], one, key=("tanh", name))]
 
 
 @quiet("aten.silu.default", "aten.silu_.default")
@@ -215,7 +215,7 @@ def silu(call: Call) -> list[Out | None]:
         ev = [x / (_F(1) + e) for e in _ends(c)]
         return hull_out(x / (_F(1) + c[len(c) // 2]), ev, name, _HULL)
 
-    return [by_bits(call.args[0], one)]
+    return [by_bits(call.args[0], one, key=("silu", name))]
 
 
 def _onednn_gelu(x: np.ndarray, name: str) -> np.ndarray:
@@ -273,7 +273,8 @@ def gelu(call: Call) -> list[Out | None]:
         # ONEDNN_MAX_CPU_ISA=AVX2: 800,000 float32, bfloat16 and float16 inputs, Gaussian,
         # uniform on [-12, 12] and tiny, all within it; tests/test_ops_gelu_isa.py).
         if onednn.available():
-            return [by_bits(x0, lambda a: exact(_onednn_gelu(_x(a, name), name)))]
+            return [by_bits(x0, lambda a: exact(_onednn_gelu(_x(a, name), name)),
+                            key=("gelu-onednn", name, onednn.bf16_flushes()))]  # fmt: skip
 
     def one(a: np.ndarray) -> Out:
         x = _x(a, name)
@@ -283,7 +284,7 @@ def gelu(call: Call) -> list[Out | None]:
         val, res = _gelu_erf(x)
         return iv_out(val, res, name, _ERF, ftz=True)
 
-    return [by_bits(call.args[0], one)]
+    return [by_bits(call.args[0], one, key=("gelu", name, approx))]
 
 
 @quiet("aten.gelu_backward.default")
@@ -316,18 +317,28 @@ def gelu_backward(call: Call) -> list[Out | None]:
     return [iv_lazy(val, iv_at, name, _ERF, ftz=True)]
 
 
+#: (backward factor, output format, 16-bit dtype) -> its value and interval on every code
+_XTABLES: dict[Any, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+
+
 def _xpart(
     a: np.ndarray, name: str, fn: Callable[[np.ndarray], tuple[np.ndarray, IV]]
 ) -> tuple[np.ndarray, Callable[[np.ndarray], IV]]:
     """The factor of a backward that depends on ``x`` only: its float32 value (every element)
     and its interval at given flat indices: for a large 16-bit ``a`` both evaluated once per
-    distinct value (as ``by_bits``: at most 65536), otherwise the value everywhere and the
-    interval only at the indices asked for."""
+    process on every code of its dtype (as ``by_bits`` with a key: ``fn`` depends on ``x``
+    alone) and indexed by the tensor's bits, otherwise the value everywhere and the interval
+    only at the indices asked for."""
     if a.dtype.itemsize == 2 and a.size >= 8192:
-        keys, inv = codes(a)
-        val, iv = fn(_x(keys.view(a.dtype), name))
-        e = np.broadcast_to(iv.e, np.shape(iv.v))
-        return val[inv].reshape(a.shape), lambda idx: IV(iv.v[inv[idx]], e[inv[idx]])
+        tk = (fn, name, a.dtype)
+        table = _XTABLES.get(tk)
+        if table is None:
+            every = np.arange(1 << 16, dtype=np.uint16).view(a.dtype)
+            val, iv = fn(_x(every, name))
+            table = _XTABLES[tk] = (val, iv.v, np.broadcast_to(iv.e, np.shape(iv.v)))
+        tv, ivv, ive = table
+        bits = np.ascontiguousarray(a).view(np.uint16).ravel()  # a code is its own index
+        return tv[bits].reshape(a.shape), lambda idx: IV(ivv[bits[idx]], ive[bits[idx]])
     x = _x(a, name)
     flat = x.reshape(-1)
     if fn is _gelu_bw_erf:  # erf's float64 center once: the value's, and the bound's where asked
