@@ -8,7 +8,8 @@ then the step under ``watch`` (every ATen op judged) as it runs by default, with
 process judging while the step goes on (:mod:`fpemu.offload`: it uses a core torch leaves
 idle), and with ``FPEMU_PROCESSES=0`` (everything in the step's own thread). Columns: the
 watch's own time in this process (conversion, queueing, the judgements it made itself) from
-its counter, and how many judgements the worker made. Ratios are median time / baseline median.
+its counter (median over rounds), and how many judgements the worker made (last round).
+Ratio: the median over rounds of the watched step's time / the bare step's in the same round.
 On a shared machine pin torch's threads so the baseline is not distorted:
 ``OMP_NUM_THREADS=1 python benchmarks/bench_watch.py [--repeats N]`` (torch's default
 threads: leave it unset; the worker then shares the cores with torch).
