@@ -42,9 +42,17 @@ from fpemu.validate.watch.convert import to_numpy  # noqa: E402
 from fpemu.validate.watch.verdict import judge_call  # noqa: E402
 
 OPS = {"forward": "aten.gelu.default", "backward": "aten.gelu_backward.default"}
-MODULE = "fpemu/validate/ops/activations.py"
-#: helpers of MODULE that this work changed, loaded as of the base too (in import order)
-HELPERS = ("fpemu/validate/ops/_iv.py", "fpemu/validate/ops/_erf.py")
+#: where GELU's emulations live (``activations.py`` before ``gelu.py`` was split out of it)
+MODULES = ("fpemu/validate/ops/gelu.py", "fpemu/validate/ops/activations.py")
+#: helpers of the module that changed with it, loaded as of the base too (in import order;
+#: the ones a base does not have are skipped)
+HELPERS = ("fpemu/validate/ops/_iv.py", "fpemu/validate/ops/_erf.py", "fpemu/validate/ops/_fp.py",
+           "fpemu/validate/ops/_act.py")  # fmt: skip
+
+
+def _exists(base: str, path: str) -> bool:
+    return subprocess.run(["git", "-C", str(ROOT), "cat-file", "-e", f"{base}:{path}"],
+                          capture_output=True).returncode == 0  # fmt: skip
 
 
 def _base_module(base: str, path: str, name: str, renames: dict[str, str]) -> Any:
@@ -74,10 +82,13 @@ def old_emulations(base: str) -> dict[str, Any]:
     renames: dict[str, str] = {}
     try:
         for helper in HELPERS:
+            if not _exists(base, helper):
+                continue
             name = f"fpemu_base_{helper.rsplit('/', 1)[1][:-3]}"
             _base_module(base, helper, name, renames)
             renames[helper[:-3].replace("/", ".")] = name
-        _base_module(base, MODULE, "fpemu_base_activations", renames)
+        module = next(m for m in MODULES if _exists(base, m))
+        _base_module(base, module, "fpemu_base_gelu", renames)
         return {kind: TABLE[op] for kind, op in OPS.items()}
     finally:
         TABLE.clear()
@@ -153,7 +164,7 @@ def main() -> None:
     ap.add_argument("--base", default="main")
     args = ap.parse_args()
     old = old_emulations(args.base)
-    print(f"baseline: {MODULE} at {args.base}; times: judge_call, best of {args.repeats}, "
+    print(f"baseline: GELU's module at {args.base}; times: judge_call, best of {args.repeats}, "
           "old and new alternating; verdict (elements differing from the value)")  # fmt: skip
     print(f"{'config':7} {'op':10} {'calls':>5} {'old':>9} {'new':>9} {'old/new':>8}  "
           f"{'old verdicts':24} new verdicts")  # fmt: skip

@@ -1,5 +1,5 @@
 """16-bit activations judged from per-process tables (``by_bits(..., key=...)`` and
-``activations._xpart``): every code of the dtype evaluated once, each call indexing the table by
+``_act.xpart``): every code of the dtype evaluated once, each call indexing the table by
 the tensor's bits. Checked against the direct evaluation (the same emulation on pieces below
 ``by_bits``' size threshold, which never use a table): the value's bits, the exactness claim
 and the bound (center, err) at sampled elements, for GELU (both forms, oneDNN's path and the

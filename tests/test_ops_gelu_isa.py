@@ -18,8 +18,8 @@ ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = """
 import numpy as np, torch
 from tests.watch_ops_util import verdicts
-from fpemu.validate.ops import activations
-assert not activations.onednn.available()
+from fpemu.validate.ops import gelu
+assert not gelu.onednn.available()
 rng = np.random.default_rng(0)
 seen = set()
 for dt in (torch.float32, torch.bfloat16, torch.float16):

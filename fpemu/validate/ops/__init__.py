@@ -138,7 +138,8 @@ TABLE: dict[str, Emulation] = {}
 
 #: the modules that register emulations (imported on first lookup)
 _MODULES = (
-    "views", "casts", "matmul", "elementwise", "libm", "activations", "softmax", "norms", "losses",
+    "views", "casts", "matmul", "elementwise", "libm", "activations", "gelu", "softmax", "norms",
+    "losses",
     "reductions", "embedding", "conv", "attention", "dropout", "optim", "optim_foreach",
     "optim_fused", "scaler",
 )  # fmt: skip
