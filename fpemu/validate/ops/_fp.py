@@ -101,7 +101,7 @@ _CODES = np.arange(1 << 16, dtype=np.uint16)
 def _table(key: Any, dt: np.dtype[Any], f: Callable[[np.ndarray], Out]) -> Out:
     out = _TABLES.get((key, dt))
     if out is None:
-        if len(_TABLES) >= 256:  # many formats and ops: start again rather than grow
+        if len(_TABLES) >= 64:  # a table holds up to ~1 MB (a bound per code): start again
             _TABLES.clear()
         out = _TABLES[key, dt] = f(_CODES.view(dt))
     return out
