@@ -20,23 +20,11 @@ Pin the threads on a shared machine:
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import subprocess
-import sys
-import tempfile
-from pathlib import Path
 from typing import Any
 
 import numpy as np
-from timing import best_time  # benchmarks/timing.py (this folder is on sys.path)
-
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-import bench_watch  # noqa: E402
-
-import fpemu  # noqa: E402
-from fpemu.validate.ops import TABLE, lookup  # noqa: E402
-from fpemu.validate.watch.verdict import judge_call  # noqa: E402
+from op_calls import TABLE, capture, git_show, judged, load_source, lookup  # this folder
+from timing import interleaved  # benchmarks/timing.py (this folder is on sys.path)
 
 OPS = {
     "forward": "aten._scaled_dot_product_flash_attention_for_cpu.default",
@@ -46,84 +34,23 @@ MODULE = "fpemu/validate/ops/attention.py"
 BOUND = "fpemu/validate/ops/_attention_bound.py"  # its helpers, also taken at ``base``
 
 
-def _load(name: str, src: str) -> Any:
-    path = Path(tempfile.mkdtemp()) / f"{name}.py"
-    path.write_text(src)
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def old_module(base: str) -> Any:
     """The attention module as of git ``base``, imported under another name (its emulations
     are taken out of the registry while it registers, then the current ones are put back),
     with its bound helpers (``_attention_bound``) as of ``base`` too where it had them."""
-
-    def show(path: str) -> str | None:
-        r = subprocess.run(["git", "-C", str(ROOT), "show", f"{base}:{path}"],
-                           capture_output=True, text=True)  # fmt: skip
-        return r.stdout if r.returncode == 0 else None
-
-    src = show(MODULE)
+    src = git_show(base, MODULE)
     if src is None:
         raise SystemExit(f"{MODULE} does not exist at {base}")
-    bound = show(BOUND)
+    bound = git_show(base, BOUND)
     if bound is not None:
-        _load("fpemu_attention_bound_base", bound)
+        load_source("fpemu_attention_bound_base", bound)
         src = src.replace("fpemu.validate.ops._attention_bound", "fpemu_attention_bound_base")
     lookup(OPS["forward"])  # load the registry first
     saved = {op: TABLE.pop(op) for op in OPS.values()}
     try:
-        return _load("fpemu_attention_base", src)
+        return load_source("fpemu_attention_base", src)
     finally:
         TABLE.update(saved)
-
-
-def capture(config: str) -> dict[str, list[Any]]:
-    """The Calls of the two emulations during one watched bench GPT step."""
-    lookup(OPS["forward"])
-    calls: dict[str, list[Any]] = {k: [] for k in OPS}
-    saved = {op: TABLE[op] for op in OPS.values()}
-
-    def recorder(kind: str, fn: Any) -> Any:
-        def rec(call: Any) -> Any:
-            calls[kind].append(call)
-            return fn(call)
-
-        return rec
-
-    for kind, op in OPS.items():
-        TABLE[op] = recorder(kind, saved[op])
-    try:
-        model, opt, scaler, batch = bench_watch.make(config)
-        with fpemu.watch():
-            bench_watch.step(model, opt, scaler, batch, config)
-    finally:
-        TABLE.update(saved)
-    return calls
-
-
-def judged(fn: Any, call: Any) -> Any:
-    """judge_call of ``call`` with ``fn`` as its op's emulation."""
-    saved = TABLE[call.op]
-    TABLE[call.op] = fn
-    try:
-        return judge_call(call)
-    finally:
-        TABLE[call.op] = saved
-
-
-def interleaved(old: Any, new: Any, call: Any, repeats: int) -> tuple[float, float]:
-    """Best seconds of ``repeats`` calls of each, alternating (a shared machine's load then
-    weighs on both alike)."""
-    best_o = best_n = float("inf")
-    for _ in range(repeats):
-        best_o = min(best_o, best_time(lambda: old(call), 1))
-        best_n = min(best_n, best_time(lambda: new(call), 1))
-    return best_o, best_n
 
 
 def compare(old: list[Any], new: list[Any]) -> tuple[float, float, bool]:
@@ -158,7 +85,8 @@ def main() -> None:
           f"{'judge old':>9} {'judge new':>9} {'old/new':>8} {'looser':>9} {'tighter':>9} "
           "same-values same-verdict")  # fmt: skip
     for config in args.configs:
-        calls = capture(config)
+        by_op = capture(OPS.values(), config)
+        calls = {kind: by_op[op] for kind, op in OPS.items()}
         for kind, op in OPS.items():
             new_fn = TABLE[op]
             old_fn = old_fns[kind]
@@ -166,10 +94,10 @@ def main() -> None:
             looser = tighter = 0.0
             same = same_v = True
             for call in calls[kind]:
-                o, n = interleaved(old_fn, new_fn, call, args.repeats)
+                o, n = interleaved(lambda: old_fn(call), lambda: new_fn(call), args.repeats)  # noqa: B023
                 old_t, new_t = old_t + o, new_t + n
-                o, n = interleaved(lambda c: judged(old_fn, c), lambda c: judged(new_fn, c),  # noqa: B023
-                                   call, args.repeats)  # fmt: skip
+                o, n = interleaved(lambda: judged(old_fn, call), lambda: judged(new_fn, call),  # noqa: B023
+                                   args.repeats)  # fmt: skip
                 old_j, new_j = old_j + o, new_j + n
                 lo, ti, sa = compare(old_fn(call), new_fn(call))
                 looser, tighter, same = max(looser, lo), max(tighter, ti), same and sa

@@ -26,26 +26,16 @@ machine: ``OMP_NUM_THREADS=1 python benchmarks/bench_elementwise_ops.py [--confi
 from __future__ import annotations
 
 import argparse
-import copy
-import os
-import subprocess
 import sys
 import types
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import numpy as np
-from timing import best_time  # benchmarks/timing.py (this folder is on sys.path)
+from op_calls import TABLE, capture, git_show, judged, lookup  # this folder
+from timing import interleaved  # benchmarks/timing.py (this folder is on sys.path)
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-import bench_watch  # noqa: E402
-
-import fpemu  # noqa: E402
-from fpemu import procpool  # noqa: E402
-from fpemu.validate.ops import TABLE, Call, lookup  # noqa: E402
-from fpemu.validate.watch.verdict import judge_call  # noqa: E402
+from fpemu.validate.ops import Call
 
 OPS = (
     "aten.sqrt.default",
@@ -58,8 +48,9 @@ OPS = (
     "aten.sum.dim_IntList",
     "aten._to_copy.default",
 )
-#: the modules compared, in import order (each imports only earlier ones of this list)
-MODULES = ("_fma", "_fp", "elementwise", "optim", "reductions", "casts")
+#: the modules compared, in import order (each imports only earlier ones of this list; one a
+#: base does not have is skipped: ``libm`` came out of ``elementwise``)
+MODULES = ("_fma", "_fp", "elementwise", "libm", "optim", "reductions", "casts")
 PKG = "fpemu.validate.ops"
 
 
@@ -75,8 +66,9 @@ def old_table(base: str) -> dict[str, Any]:
     try:
         for m in MODULES:
             path = f"fpemu/validate/ops/{m}.py"
-            src = subprocess.run(["git", "-C", str(ROOT), "show", f"{base}:{path}"],
-                                 check=True, capture_output=True, text=True).stdout  # fmt: skip
+            src = git_show(base, path)
+            if src is None:
+                continue
             mod = types.ModuleType(f"{PKG}.{m}")
             sys.modules[f"{PKG}.{m}"] = mod
             exec(compile(src, f"{base}:{path}", "exec"), mod.__dict__)
@@ -85,51 +77,6 @@ def old_table(base: str) -> dict[str, Any]:
         TABLE.clear()
         TABLE.update(saved_table)
         sys.modules.update({f"{PKG}.{m}": mod for m, mod in saved_mods.items()})
-
-
-def capture(config: str, warm: int = 0) -> dict[str, list[Call]]:
-    """The Calls of :data:`OPS` during one watched bench GPT step, judged in this thread, after
-    ``warm`` unwatched steps (the first step's optimizer state is all zeros)."""
-    lookup(OPS[0])
-    calls: dict[str, list[Call]] = {op: [] for op in OPS}
-    saved = {op: TABLE[op] for op in OPS}
-
-    def recorder(op: str) -> Any:
-        def rec(call: Call) -> Any:
-            calls[op].append(copy.deepcopy(call))  # torch overwrites in-place ops' storage later
-            return saved[op](call)
-
-        return rec
-
-    for op in OPS:
-        TABLE[op] = recorder(op)
-    os.environ[procpool.ENV] = "0"
-    try:
-        model, opt, scaler, batch = bench_watch.make(config)
-        for _ in range(warm):
-            bench_watch.step(model, opt, scaler, batch, config)
-        with fpemu.watch():
-            bench_watch.step(model, opt, scaler, batch, config)
-    finally:
-        TABLE.update(saved)
-        os.environ.pop(procpool.ENV, None)
-    return calls
-
-
-def judged(fn: Any, call: Call) -> dict[str, Any]:
-    """``judge_call`` with ``fn`` as the op's emulation."""
-    TABLE[call.op] = fn
-    return judge_call(call)
-
-
-def interleaved(old: Any, new: Any, call: Call, repeats: int) -> tuple[float, float]:
-    """Best seconds of ``repeats`` judgements with each, alternating (a shared machine's load
-    then weighs on both alike)."""
-    best_o = best_n = float("inf")
-    for _ in range(repeats):
-        best_o = min(best_o, best_time(lambda: judged(old, call), 1))
-        best_n = min(best_n, best_time(lambda: judged(new, call), 1))
-    return best_o, best_n
 
 
 def _same_bits(a: Any, b: Any) -> bool:
@@ -188,7 +135,7 @@ def main() -> None:
     print(f"{'config':6} {'op':24} {'calls':>5} {'old':>9} {'new':>9} {'old/new':>7}  "
           "values verdicts bounds fault  verdicts(new)")  # fmt: skip
     for config in args.configs:
-        calls = capture(config, args.warm)
+        calls = capture(OPS, config, warm=args.warm)
         tot_o = tot_n = 0.0
         for op in args.ops:
             new_fn = TABLE[op]
@@ -196,7 +143,8 @@ def main() -> None:
             same = [True] * 4
             verdicts: Counter[str] = Counter()
             for call in calls[op]:
-                o, n = interleaved(old_fns[op], new_fn, call, args.repeats)
+                o, n = interleaved(lambda: judged(old_fns[op], call),  # noqa: B023
+                                   lambda: judged(new_fn, call), args.repeats)  # noqa: B023
                 old_t, new_t = old_t + o, new_t + n
                 same = [s and a for s, a in zip(same, agree(old_fns[op], new_fn, call),
                                                 strict=True)]  # fmt: skip

@@ -19,27 +19,15 @@ Pin the threads on a shared machine:
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import os
-import subprocess
-import sys
-import tempfile
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from timing import best_time  # benchmarks/timing.py (this folder is on sys.path)
+from op_calls import TABLE, capture, git_show, judged, load_source, lookup  # this folder
+from timing import interleaved  # benchmarks/timing.py (this folder is on sys.path)
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-import bench_watch  # noqa: E402
-
-import fpemu  # noqa: E402
-from fpemu import procpool  # noqa: E402
-from fpemu.validate.ops import TABLE, Call, lookup  # noqa: E402
-from fpemu.validate.watch.convert import to_numpy  # noqa: E402
-from fpemu.validate.watch.verdict import judge_call  # noqa: E402
+from fpemu.validate.ops import Call
+from fpemu.validate.watch.convert import to_numpy
 
 OPS = {"forward": "aten.gelu.default", "backward": "aten.gelu_backward.default"}
 #: where GELU's emulations live (``activations.py`` before ``gelu.py`` was split out of it)
@@ -50,26 +38,15 @@ HELPERS = ("fpemu/validate/ops/_iv.py", "fpemu/validate/ops/_erf.py", "fpemu/val
            "fpemu/validate/ops/_act.py")  # fmt: skip
 
 
-def _exists(base: str, path: str) -> bool:
-    return subprocess.run(["git", "-C", str(ROOT), "cat-file", "-e", f"{base}:{path}"],
-                          capture_output=True).returncode == 0  # fmt: skip
-
-
 def _base_module(base: str, path: str, name: str, renames: dict[str, str]) -> Any:
     """The module ``path`` as of git ``base``, imported as ``name`` (``sys.modules``), with the
     imports of ``renames``' keys pointed at their base copies."""
-    src = subprocess.run(["git", "-C", str(ROOT), "show", f"{base}:{path}"], check=True,
-                         capture_output=True, text=True).stdout  # fmt: skip
+    src = git_show(base, path)
+    if src is None:
+        raise SystemExit(f"{path} does not exist at {base}")
     for new, old in renames.items():
         src = src.replace(f"from {new} import", f"from {old} import")
-    file = Path(tempfile.mkdtemp()) / f"{name}.py"
-    file.write_text(src)
-    spec = importlib.util.spec_from_file_location(name, file)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_source(name, src)
 
 
 def old_emulations(base: str) -> dict[str, Any]:
@@ -82,43 +59,17 @@ def old_emulations(base: str) -> dict[str, Any]:
     renames: dict[str, str] = {}
     try:
         for helper in HELPERS:
-            if not _exists(base, helper):
+            if git_show(base, helper) is None:
                 continue
             name = f"fpemu_base_{helper.rsplit('/', 1)[1][:-3]}"
             _base_module(base, helper, name, renames)
             renames[helper[:-3].replace("/", ".")] = name
-        module = next(m for m in MODULES if _exists(base, m))
+        module = next(m for m in MODULES if git_show(base, m) is not None)
         _base_module(base, module, "fpemu_base_gelu", renames)
         return {kind: TABLE[op] for kind, op in OPS.items()}
     finally:
         TABLE.clear()
         TABLE.update(saved)
-
-
-def capture(config: str) -> dict[str, list[Any]]:
-    """The Calls of the two emulations during one watched bench GPT step."""
-    lookup(OPS["forward"])
-    calls: dict[str, list[Any]] = {k: [] for k in OPS}
-    saved = {op: TABLE[op] for op in OPS.values()}
-
-    def recorder(kind: str, fn: Any) -> Any:
-        def rec(call: Any) -> Any:
-            calls[kind].append(call)
-            return fn(call)
-
-        return rec
-
-    for kind, op in OPS.items():
-        TABLE[op] = recorder(kind, saved[op])
-    os.environ[procpool.ENV] = "0"
-    try:
-        model, opt, scaler, batch = bench_watch.make(config)
-        with fpemu.watch():
-            bench_watch.step(model, opt, scaler, batch, config)
-    finally:
-        os.environ.pop(procpool.ENV, None)
-        TABLE.update(saved)
-    return calls
 
 
 def strided(call: Any) -> Any:
@@ -137,26 +88,6 @@ def _torch(a: np.ndarray) -> Any:
     return torch.from_numpy(a)
 
 
-def judged(fn: Any, call: Any) -> dict[str, Any]:
-    """``judge_call`` with ``fn`` as the op's emulation."""
-    saved = TABLE[call.op]
-    TABLE[call.op] = fn
-    try:
-        return judge_call(call)
-    finally:
-        TABLE[call.op] = saved
-
-
-def interleaved(old: Any, new: Any, call: Any, repeats: int) -> tuple[float, float]:
-    """Best seconds of ``repeats`` judgements with each, alternating (a shared machine's load
-    then weighs on both alike)."""
-    best_o = best_n = float("inf")
-    for _ in range(repeats):
-        best_o = min(best_o, best_time(lambda: judged(old, call), 1))
-        best_n = min(best_n, best_time(lambda: judged(new, call), 1))
-    return best_o, best_n
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=10)
@@ -169,7 +100,8 @@ def main() -> None:
     print(f"{'config':7} {'op':10} {'calls':>5} {'old':>9} {'new':>9} {'old/new':>8}  "
           f"{'old verdicts':24} new verdicts")  # fmt: skip
     for config in args.configs:
-        calls = capture(config)
+        by_op = capture(OPS.values(), config)
+        calls = {kind: by_op[op] for kind, op in OPS.items()}
         calls["bw-strided"] = [strided(c) for c in calls["backward"]]
         for kind in (*OPS, "bw-strided"):
             op = OPS.get(kind, OPS["backward"])
@@ -178,7 +110,8 @@ def main() -> None:
             vo, vn = [], []
             for call in calls[kind]:
                 old_fn = old["backward" if kind == "bw-strided" else kind]
-                o, n = interleaved(old_fn, new_fn, call, args.repeats)
+                o, n = interleaved(lambda: judged(old_fn, call), lambda: judged(new_fn, call),  # noqa: B023
+                                   args.repeats)  # fmt: skip
                 old_t, new_t = old_t + o, new_t + n
                 ro, rn = judged(old_fn, call), judged(new_fn, call)
                 vo.append(f"{ro['verdict']}({ro['ndiff']})")

@@ -15,22 +15,16 @@ with different bits would be meaningless). Pin threads on a shared machine:
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
-import time
 import types
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+from op_calls import capture, git_show  # this folder
+from timing import interleaved  # benchmarks/timing.py (this folder is on sys.path)
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-import bench_watch as bw  # noqa: E402  (this folder)
-
-import fpemu  # noqa: E402
-from fpemu.validate import ops  # noqa: E402
+from fpemu.validate import ops
 
 OPS = ("aten.native_layer_norm.default", "aten.native_layer_norm_backward.default")
 #: the commit before the LayerNorm speed-ups
@@ -41,8 +35,10 @@ def _old_modules(base: str) -> types.ModuleType:
     """The baseline's norms module (with its own ``_fma``), registering nothing."""
 
     def src(path: str) -> str:
-        return subprocess.run(["git", "-C", str(ROOT), "show", f"{base}:{path}"],
-                              check=True, capture_output=True, text=True).stdout  # fmt: skip
+        text = git_show(base, path)
+        if text is None:
+            raise SystemExit(f"{path} does not exist at {base}")
+        return text
 
     fma = types.ModuleType("_old_fma")
     exec(compile(src("fpemu/validate/ops/_fma.py"), "old_fma", "exec"), fma.__dict__)
@@ -60,43 +56,6 @@ def _old_modules(base: str) -> types.ModuleType:
     return norms
 
 
-def record(config: str) -> dict[str, list[Any]]:
-    """The LayerNorm calls of one watched bench step."""
-    got: dict[str, list[Any]] = {op: [] for op in OPS}
-    ops.lookup(OPS[0])  # load the table
-    saved = {op: ops.TABLE[op] for op in OPS}
-
-    def spy(op: str) -> Any:
-        def run(call: Any) -> Any:
-            got[op].append(call)
-            return saved[op](call)
-
-        return run
-
-    for op in OPS:
-        ops.TABLE[op] = spy(op)
-    try:
-        model, opt, scaler, batch = bw.make(config)
-        with fpemu.watch():
-            bw.step(model, opt, scaler, batch, config)
-    finally:
-        ops.TABLE.update(saved)
-    return got
-
-
-def interleaved(old: Any, new: Any, repeats: int) -> tuple[float, float]:
-    """Best wall-clock seconds of ``old`` and of ``new``, run alternately (a shared machine's
-    load then weighs on both alike; the best estimates the code's own cost)."""
-    best = [float("inf"), float("inf")]
-    old(), new()  # warm-up
-    for _ in range(repeats):
-        for i, fn in enumerate((old, new)):
-            t0 = time.perf_counter()
-            fn()
-            best[i] = min(best[i], time.perf_counter() - t0)
-    return best[0], best[1]
-
-
 def _bits(outs: list[Any]) -> list[bytes]:
     return [b"" if o is None else np.ascontiguousarray(o.value).tobytes() for o in outs]
 
@@ -112,7 +71,7 @@ def main() -> None:
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; old = {args.base}")
     print(f"{'op':28} {'config':6} {'calls':>5} {'old/call':>10} {'new/call':>10} {'speed-up':>8}")
     for config in args.configs:
-        calls = record(config)
+        calls = capture(OPS, config)
         for op in OPS:
             new_fn = ops.TABLE[op]
             for c in calls[op]:

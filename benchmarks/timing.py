@@ -30,3 +30,17 @@ def median_time(fn: Callable[[], object], repeats: int) -> float:
         fn()
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
+
+
+def interleaved(old: Callable[[], object], new: Callable[[], object], repeats: int) -> tuple[
+    float, float
+]:
+    """Best wall-clock seconds of ``old()`` and of ``new()`` over ``repeats`` rounds that run
+    one then the other (a shared machine's load then weighs on both alike), after one warm-up
+    call of each."""
+    old(), new()
+    best_old = best_new = float("inf")
+    for _ in range(repeats):
+        best_old = min(best_old, best_time(old, 1))
+        best_new = min(best_new, best_time(new, 1))
+    return best_old, best_new
