@@ -21,6 +21,7 @@ from fpemu.validate.ops.libm import sqrt, unary_libm
 from fpemu.validate.watch.verdict import judge
 from reference.arith import sqrt as ref_sqrt
 from reference.spec import FLOAT32
+from tests.tiles_util import same_bits
 
 
 def patterns() -> np.ndarray:
@@ -34,15 +35,6 @@ def patterns() -> np.ndarray:
     extra = np.uint32([1, 2, 3, 0x400000, 0x7FFFFF, 0x7F800001, 0x7FA00000, 0x7FC00001])
     bits = np.concatenate([pos, extra])
     return np.concatenate([bits, bits | np.uint32(0x80000000)]).view(np.float32)
-
-
-def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
-    a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
-    return (
-        a.shape == b.shape
-        and a.dtype == b.dtype
-        and bool((a.view(np.uint8) == b.view(np.uint8)).all())
-    )
 
 
 def test_float32_sqrt_is_the_correctly_rounded_square_root() -> None:

@@ -25,17 +25,9 @@ from fpemu.validate.ops._num import dtype, to
 from fpemu.validate.ops.reductions import _WHY, _axes
 from reference.rounding import round_float
 from reference.spec import BFLOAT16, FLOAT16
+from tests.tiles_util import same_bits
 
 SPECS = {"bfloat16": BFLOAT16, "float16": FLOAT16}
-
-
-def bits_equal(a: np.ndarray, b: np.ndarray) -> bool:
-    a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
-    return (
-        a.shape == b.shape
-        and a.dtype == b.dtype
-        and bool((a.view(np.uint8) == b.view(np.uint8)).all())
-    )
 
 
 def traps(name: str) -> np.ndarray:
@@ -61,7 +53,7 @@ def traps(name: str) -> np.ndarray:
 def test_to_equals_fpemu_round_on_every_boundary(name: str) -> None:
     v = traps(name)
     got, want = to(v, name), np.asarray(fround(v, name)).astype(dtype(name))
-    assert bits_equal(got, want)
+    assert same_bits(got, want)
     assert got.size > 500_000
 
 
@@ -117,10 +109,10 @@ def test_sum_out_equals_iv_out_and_leaves_the_input(case: int) -> None:
     got = lookup(op)(Call(op, args, {}, (name,)))[0]  # registered: warnings off, as watched
     want = reference_out(x, _axes(x, dim), keep if dim is not None else False, name)
     assert got is not None
-    assert bits_equal(got.value, want.value)  # type: ignore[attr-defined]
+    assert same_bits(got.value, want.value)  # type: ignore[attr-defined]
     assert got.exact is False and got.reason == _WHY
     idx = np.arange(np.size(got.value))
     gb, wb = got.bounds_at(idx), want.bounds_at(idx)  # type: ignore[attr-defined]
     assert gb is not None and wb is not None
-    assert all(bits_equal(p, q) for p, q in zip(gb, wb, strict=True))
-    assert bits_equal(x, before)
+    assert all(same_bits(p, q) for p, q in zip(gb, wb, strict=True))
+    assert same_bits(x, before)

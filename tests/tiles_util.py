@@ -1,5 +1,5 @@
-"""Helpers shared by the thread and process tiling tests: bit comparison and inputs exact in
-a format over many binades."""
+"""Helpers shared by tests: bit comparison (the tiling, fast-path and emulation tests) and
+inputs exact in a format over many binades."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import fpemu
 
 def bits(x: Any) -> np.ndarray:
     x = np.asarray(x)
-    return x.view({2: np.uint16, 4: np.uint32, 8: np.uint64}[x.dtype.itemsize])
+    return x.view({1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[x.dtype.itemsize])
 
 
 def same_bits(x: Any, y: Any) -> bool:
