@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from fpemu.validate.ops._fp import candidates, fma32
+from fpemu.validate.ops._fp import candidates, code_table, fma32
 from fpemu.validate.ops._iv import IV
 
 __all__ = ["ERF", "HULL", "IVR", "ends", "exp_cands", "fm", "x32", "xpart"]
@@ -48,10 +48,6 @@ def ends(cands: list[np.ndarray]) -> list[np.ndarray]:
     return [cands[0], cands[-1]]
 
 
-#: (backward factor, output format, 16-bit dtype) -> its value and interval on every code
-_TABLES: dict[Any, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
-
-
 def xpart(
     a: np.ndarray,
     name: str,
@@ -62,7 +58,7 @@ def xpart(
 ) -> tuple[np.ndarray, Callable[[np.ndarray], IV]]:
     """The factor of a backward that depends on ``x`` only: its float32 value (every element)
     and its interval at given flat indices: for a large 16-bit ``a`` both evaluated once per
-    process on every code of its dtype (as ``by_bits`` with a key: ``fn`` depends on ``x``
+    process on every code of its dtype (:func:`._fp.code_table`: ``fn`` depends on ``x``
     alone) and indexed by the tensor's bits, otherwise the value everywhere and the interval
     only at the indices asked for. ``value``: ``fn``'s float32 value alone (without the
     interval's cost); ``direct``: a cheaper way to both for a float32 ``x`` (GELU's erf center,
@@ -74,13 +70,12 @@ def xpart(
     ([2.0, 4.0], [4.0])
     """
     if a.dtype.itemsize == 2 and a.size >= 8192:
-        tk = (fn, name, a.dtype)
-        table = _TABLES.get(tk)
-        if table is None:
-            every = np.arange(1 << 16, dtype=np.uint16).view(a.dtype)
-            val, iv = fn(x32(every, name))
-            table = _TABLES[tk] = (val, iv.v, np.broadcast_to(iv.e, np.shape(iv.v)))
-        tv, ivv, ive = table
+
+        def every(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+            val, iv = fn(x32(codes, name))
+            return val, iv.v, np.broadcast_to(iv.e, np.shape(iv.v))
+
+        tv, ivv, ive = code_table(("xpart", fn, name), a.dtype, every)
         bits = np.ascontiguousarray(a).view(np.uint16).ravel()  # a code is its own index
         return tv[bits].reshape(a.shape), lambda idx: IV(ivv[bits[idx]], ive[bits[idx]])
     x = x32(a, name)

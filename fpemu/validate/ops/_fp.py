@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -27,7 +27,7 @@ from fpemu.validate.ops import Call, Emulation, Out, bounded, register
 from fpemu.validate.ops._fma import fma32
 from fpemu.validate.ops._num import LOW, to
 
-__all__ = ["K_LIBM", "by_bits", "candidates", "codes", "fma", "fma32", "hull_out", "monotone",
+__all__ = ["K_LIBM", "by_bits", "candidates", "code_table", "codes", "fma", "fma32", "hull_out", "monotone",
            "quiet", "scalar"]  # fmt: skip
 
 #: ulps within which torch's float32 transcendental lies from the exact value. Sources: Sleef's
@@ -79,7 +79,7 @@ def by_bits(x: np.ndarray, f: Callable[[np.ndarray], Out], *, key: Any = None) -
         keys, inv = codes(x)
         out = f(keys.view(x.dtype))
     else:
-        out = _table(key, x.dtype, f)
+        out = code_table(key, x.dtype, f)
         inv = np.ascontiguousarray(x).view(np.uint16).ravel()  # a code is its own index
 
     def spread(a: Any) -> Any:
@@ -93,18 +93,29 @@ def by_bits(x: np.ndarray, f: Callable[[np.ndarray], Out], *, key: Any = None) -
                None if bound is None else lambda idx: bound(inv[idx]))  # fmt: skip
 
 
-#: (key, dtype) -> Out of an emulation over every code of a 16-bit dtype (:func:`by_bits`)
-_TABLES: dict[Any, Out] = {}
+T = TypeVar("T")
+#: (key, dtype) -> ``f`` of every code of a 16-bit dtype (:func:`code_table`)
+_TABLES: dict[Any, Any] = {}
 _CODES = np.arange(1 << 16, dtype=np.uint16)
 
 
-def _table(key: Any, dt: np.dtype[Any], f: Callable[[np.ndarray], Out]) -> Out:
+def code_table(key: Any, dt: np.dtype[Any], f: Callable[[np.ndarray], T]) -> T:
+    """``f`` of all 65,536 values of the 16-bit dtype ``dt`` (in code order, so a tensor's bits
+    index the result), computed once per process for ``key`` (a hashable naming everything
+    ``f`` depends on besides the values): :func:`by_bits`' tables and the activations'
+    backward factors.
+
+    >>> import ml_dtypes
+    >>> t = code_table(("doctest-abs",), np.dtype(ml_dtypes.bfloat16), np.abs)
+    >>> float(t[np.float32(-2.0).astype(ml_dtypes.bfloat16).view(np.uint16)])
+    2.0
+    """
     out = _TABLES.get((key, dt))
     if out is None:
         if len(_TABLES) >= 64:  # a table holds up to ~1 MB (a bound per code): start again
             _TABLES.clear()
         out = _TABLES[key, dt] = f(_CODES.view(dt))
-    return out
+    return out  # type: ignore[no-any-return]
 
 
 def codes(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
