@@ -27,8 +27,8 @@ from fpemu.validate.ops import Call, Emulation, Out, bounded, register
 from fpemu.validate.ops._fma import fma32
 from fpemu.validate.ops._num import LOW, to
 
-__all__ = ["K_LIBM", "by_bits", "candidates", "code_table", "codes", "fma", "fma32", "hull_out", "monotone",
-           "quiet", "scalar"]  # fmt: skip
+__all__ = ["K_LIBM", "by_bits", "candidates", "code_table", "codes", "fma", "fma32", "hull_out",
+           "monotone", "quiet", "scalar"]  # fmt: skip
 
 #: ulps within which torch's float32 transcendental lies from the exact value. Sources: Sleef's
 #: ``*_u10`` functions (the AVX2/AVX512 ``Vectorized<float>``) are documented at most 1.0 ulp;
