@@ -98,6 +98,11 @@ class Out:
             indices of the output: the watcher needs them only where torch's result differs
             from ``value``, a small part of a large output, so an emulation whose bound costs
             more than its value computes it there only (:func:`lazy`).
+        quick: optionally, with ``bound``, a cheaper function of the same indices giving the
+            same centers and errors no larger than ``bound``'s, element by element (a lower
+            estimate that often already admits torch's value): the judge asks ``bound`` only
+            where ``quick``'s range does not admit it. Every range it admits lies inside
+            ``bound``'s, so the verdicts are the ones ``bound`` alone gives.
     """
 
     value: np.ndarray
@@ -106,6 +111,7 @@ class Out:
     err: np.ndarray | float | None = None
     reason: str = ""
     bound: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]] | None = None
+    quick: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]] | None = None
 
     def bounds_at(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
         """``(center, err)`` as float64 at the flat indices ``idx`` (None: no bound).
@@ -221,16 +227,20 @@ def exact(value: Any) -> Out:
 
 
 def lazy(
-    value: Any, bound: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]], reason: str
+    value: Any,
+    bound: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]],
+    reason: str,
+    *,
+    quick: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]] | None = None,
 ) -> Out:
     """A bounded :class:`Out` whose ``(center, err)`` are computed by ``bound(flat_indices)``
-    only where they are needed.
+    only where they are needed (``quick``: see :class:`Out`).
 
     >>> o = lazy(np.float32([1.0, 2.0]), lambda i: (i * 1.0 + 1, i * 0.0 + 0.25), "r")
     >>> [a.tolist() for a in o.bounds_at(np.array([0, 1]))]
     [[1.0, 2.0], [0.25, 0.25]]
     """
-    return Out(np.asarray(value), exact=False, reason=reason, bound=bound)
+    return Out(np.asarray(value), exact=False, reason=reason, bound=bound, quick=quick)
 
 
 def bounded(value: Any, err: Any, reason: str, *, center: Any = None) -> Out:
