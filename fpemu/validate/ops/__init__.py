@@ -98,11 +98,10 @@ class Out:
             indices of the output: the watcher needs them only where torch's result differs
             from ``value``, a small part of a large output, so an emulation whose bound costs
             more than its value computes it there only (:func:`lazy`).
-        quick: optionally, with ``bound``, a cheaper function of the same indices giving the
-            same centers and errors no larger than ``bound``'s, element by element (a lower
-            estimate that often already admits torch's value): the judge asks ``bound`` only
-            where ``quick``'s range does not admit it. Every range it admits lies inside
-            ``bound``'s, so the verdicts are the ones ``bound`` alone gives.
+        quick: optionally, with ``bound``, a cheaper function of the same indices whose range
+            at each element (``[RN(center - err), RN(center + err)]``) lies inside ``bound``'s
+            (a smaller error that often already admits torch's value): the judge asks ``bound``
+            only where ``quick``'s range does not admit it, so the verdicts are ``bound``'s.
     """
 
     value: np.ndarray

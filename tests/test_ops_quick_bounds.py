@@ -118,3 +118,4 @@ def test_judge_with_the_quick_bound_gives_the_full_bounds_verdicts(dtype: Any, n
                 admitted, left = admitted + int(ok.sum()), left + int((~ok).sum())
         assert judge(far, out).verdict == "differs"
     assert admitted > 0 and left > 0
+
