@@ -150,3 +150,36 @@ def test_ulp_is_the_spacing_of_the_binade(name: str) -> None:
     assert got.dtype == np.float64 and got.shape == v.shape
     assert (got.view(np.uint64) == want.view(np.uint64)).all()
     assert float(ulp(np.float64(1.0), name)) == 2.0 ** -_MBITS[name]
+
+
+@pytest.mark.parametrize("name", ["float64", "float32", "float16", "bfloat16", "float8_e4m3fn"])
+def test_max_ulps_is_the_largest_distance_in_ulps_of_the_smaller(name: str) -> None:
+    """``max_ulps(a, b)`` equals ``max(|a - b| / ulp(min(|a|, |b|)))`` by frexp/ldexp (inf where
+    a term is NaN), on pairs of the format's values: neighbours, values binades apart, signs
+    crossing zero, subnormals, zeros and infinities, and with a NaN among them."""
+    from fpemu.validate.ops._num import _EMIN, _MBITS, max_ulps  # noqa: PLC0415
+
+    rng = np.random.default_rng(5)
+    dt = {"bfloat16": ml_dtypes.bfloat16, "float8_e4m3fn": ml_dtypes.float8_e4m3fn}.get(
+        name, np.dtype(name)
+    )
+    top = {"float64": 1020, "float32": 126, "float16": 14, "bfloat16": 126}.get(name, 7)
+    a = (rng.standard_normal(4000) * 2.0 ** rng.integers(-top - 10, top, 4000)).astype(dt)
+    near = a.astype(np.float64) * (1 + rng.integers(-3, 4, 4000) * 2.0 ** -_MBITS[name])
+    far = (rng.standard_normal(4000) * 2.0 ** rng.integers(-top - 10, top, 4000))
+    specials = [0.0, -0.0, np.inf, -np.inf, 2.0 ** _EMIN[name], -(2.0 ** _EMIN[name])]
+    a64 = np.concatenate([a.astype(np.float64), specials])
+    for other in (near, far):
+        b64 = np.concatenate([other.astype(dt).astype(np.float64), specials[::-1]])
+        keep = ~(np.isinf(a64) & np.isinf(b64) & (a64 == b64))  # the judge drops equal bits
+        x, y = a64[keep], b64[keep]
+        with np.errstate(all="ignore"):
+            m = np.maximum(np.minimum(np.abs(x), np.abs(y)), 2.0 ** _EMIN[name])
+            u = np.ldexp(1.0, np.frexp(m)[1] - 1 - _MBITS[name])
+            u = np.where(np.isfinite(m), u, 2.0 ** (-1 - _MBITS[name]))
+            terms = np.abs(x - y) / u
+        want = float("inf") if np.isnan(terms).any() else float(terms.max())
+        assert max_ulps(x, y, name) == want
+        with_nan = np.append(x, np.nan), np.append(y, 1.0)
+        assert max_ulps(*with_nan, name) == float("inf")
+    assert max_ulps(np.array([]), np.array([]), name) == 0.0

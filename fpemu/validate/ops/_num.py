@@ -18,7 +18,7 @@ import numpy as np
 
 from fpemu.rounding import round as fround
 
-__all__ = ["FLOATS", "LOW", "dtype", "fmt", "is_float", "opmath", "to", "ulp"]
+__all__ = ["FLOATS", "LOW", "dtype", "fmt", "is_float", "max_ulps", "opmath", "to", "ulp"]
 
 _DT: dict[str, np.dtype[Any]] = {
     "float64": np.dtype(np.float64),
@@ -144,3 +144,28 @@ def ulp(v: Any, name: str) -> np.ndarray:
     if not np.isfinite(m).all():  # inf and NaN as frexp reads them (exponent 0)
         out = np.where(np.isfinite(m), out, 2.0 ** (-1 - _MBITS[name]))
     return out
+
+
+def max_ulps(a: np.ndarray, b: np.ndarray, name: str) -> float:
+    """``max(|a - b| / ulp(min(|a|, |b|)))`` over float64 arrays of values of format ``name``
+    (inf where any term is NaN): :func:`ulp`'s distance, in fewer passes (the judge takes it
+    over every differing element of an output).
+
+    >>> max_ulps(np.array([1.0, 2.0]), np.array([1.0 + 2**-23, 2.0 + 2**-21]), "float32")
+    2.0
+    """
+    with np.errstate(invalid="ignore", over="ignore"):
+        d = np.subtract(a, b)
+        np.abs(d, out=d)
+        m = np.abs(a)
+        np.minimum(m, np.abs(b), out=m)  # NaN propagates: then d / m is NaN, inf below
+        np.maximum(m, 2.0 ** _EMIN[name], out=m)
+        # 2**floor(log2 m) in place (m normal, inf or NaN: inf's and NaN's field gives inf,
+        # and d is then inf or NaN, which :func:`ulp`'s rule for them also gives)
+        mb = m.view(np.uint64)
+        np.bitwise_and(mb, np.uint64(0x7FF0000000000000), out=mb)
+        np.divide(d, m, out=d)
+        if not d.size:
+            return 0.0
+        top = float(d.max())  # NaN if any is NaN
+    return float("inf") if top != top else top * 2.0 ** _MBITS[name]

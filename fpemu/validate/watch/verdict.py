@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from fpemu.validate.ops import Call, Out, lookup
-from fpemu.validate.ops._num import FLOATS, to, ulp
+from fpemu.validate.ops._num import FLOATS, max_ulps, to
 from fpemu.validate.ops._num import fmt as fmt_name
 
 __all__ = ["ORDER", "Judged", "apply", "judge", "judge_call", "judge_view"]
@@ -107,10 +107,7 @@ def judge(t: np.ndarray, out: Out) -> Judged:
     first = tuple(int(i) for i in np.unravel_index(int(idx[0]), t.shape))
     if is_float:
         name = fmt_name(t)
-        with np.errstate(invalid="ignore", over="ignore"):
-            dist = np.abs(tf - vf) / ulp(np.minimum(np.abs(tf), np.abs(vf)), name)
-        dist = np.where(np.isnan(dist), np.inf, dist)
-        ulps = float(dist.max())
+        ulps = max_ulps(tf, vf, name)
     else:
         name, ulps = t.dtype.name, float("inf")
     base: dict[str, Any] = {
