@@ -19,6 +19,7 @@ the exact sum, for any order or tree of K terms. ``mean`` is that sum divided by
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -44,7 +45,7 @@ def _axes(x: np.ndarray, dim: Any) -> tuple[int, ...]:
 def _sum_iv(x: np.ndarray, axes: tuple[int, ...], keep: bool, u: float) -> tuple[IV, int]:
     """The exact sum (float64) and its bound; K the number of terms per output."""
     v = np.asarray(x, np.float64)
-    k = int(np.prod([x.shape[a] for a in axes])) if x.ndim else 1
+    k = math.prod(x.shape[a] for a in axes) if x.ndim else 1
     if x.ndim:
         total = np.sum(v, axis=axes, keepdims=keep)
         # the magnitudes in v's own buffer where v is a copy (a widened 16-bit/float32 input):
@@ -79,7 +80,7 @@ def sum_(call: Call) -> list[Out | None]:
     # ``iv_out(*_sum_iv(...))``: the same NumPy sums of the same float64 array, and iv_ends is
     # elementwise, so its ends at some elements are its ends of the whole at those elements.
     v = np.asarray(x, np.float64)
-    k = int(np.prod([x.shape[a] for a in axes])) if x.ndim else 1
+    k = math.prod(x.shape[a] for a in axes) if x.ndim else 1
     total = np.sum(v, axis=axes, keepdims=keep) if x.ndim else v
     g = (k - 1) * u / (1 - (k - 1) * u) if k > 1 else 0.0
     value = to(total, name)
@@ -214,7 +215,7 @@ def vector_norm(call: Call) -> list[Out | None]:
     if ord_ not in (1.0, 2.0):
         raise ValueError(f"ord={ord_!r}: not emulated; accepted 0, 1, 2, inf, -inf")
     u = 2.0**-53 if x.dtype == np.float64 else 2.0**-24
-    k = int(np.prod([x.shape[i] for i in axes])) if x.ndim else 1
+    k = math.prod(x.shape[i] for i in axes) if x.ndim else 1
     gamma = k * u / (1 - k * u) if k * u < 0.5 else np.inf
     s = _reduce(a * a if ord_ == 2.0 else a, axes, keep, np.sum)
     center = np.sqrt(s) if ord_ == 2.0 else s
