@@ -86,10 +86,16 @@ def tree_to_numpy(obj: Any, *, copy_ids: frozenset[int] = frozenset()) -> Any:
         return obj
     types = _types()
     tensor, dtype = types
+    # one array per tensor: a tensor passed twice (addcmul_(s, g, g)) is one object, which a
+    # worker's pickle then copies once
+    seen: dict[int, np.ndarray] = {}
 
     def one(x: Any) -> Any:  # a plain recursion: ATen arguments nest lists at most once
         if isinstance(x, tensor):
-            return to_numpy(x, copy=id(x) in copy_ids)
+            a = seen.get(id(x))
+            if a is None:
+                a = seen[id(x)] = to_numpy(x, copy=id(x) in copy_ids)
+            return a
         if isinstance(x, (list, tuple)):
             return type(x)(one(v) for v in x)
         if isinstance(x, dict):
