@@ -119,3 +119,36 @@ def test_judge_with_the_quick_bound_gives_the_full_bounds_verdicts(dtype: Any, n
         assert judge(far, out).verdict == "differs"
     assert admitted > 0 and left > 0
 
+
+
+@pytest.mark.parametrize(("dtype", "name"), [(BF16, "bfloat16"), (np.float16, "float16")])
+@pytest.mark.parametrize("which", ["a", "b", "both", "neither"])
+def test_flush_terms_at_gathered_outputs_are_the_whole_outputs(dtype: Any, name: str,
+                                                               which: str) -> None:  # fmt: skip
+    """``_flushed_at`` on the gathered rows of ``|a|`` and columns of ``|b|`` gives, bit for bit,
+    ``_flushed``'s terms of the whole output at those elements (operands holding subnormals
+    of their format, some rows/columns without, an infinity among the magnitudes)."""
+    from fpemu.validate.ops.matmul import _TINY, _flushed, _flushed_at  # noqa: PLC0415
+
+    rng = np.random.default_rng(len(which))
+    tiny = _TINY[name]
+    a = rng.choice([-1.0, 1.0], (40, 33)) * (0.05 + rng.random((40, 33)))  # normal values
+    b = rng.choice([-1.0, 1.0], (33, 28)) * (0.05 + rng.random((33, 28)))
+    if which in ("a", "both"):
+        a[::3, ::4] = rng.random((14, 9)) * tiny  # subnormals of the format
+    if which in ("b", "both"):
+        b[::5, 1::3] = rng.random((7, 9)) * tiny
+    b[2, 3] = np.inf
+    a_, b_ = np.abs(a.astype(dtype).astype(np.float32)), np.abs(b.astype(dtype).astype(np.float32))
+    sub_a = bool(((a_ < tiny) & (a_ != 0)).any())
+    sub_b = bool(((b_ < tiny) & (b_ != 0)).any())
+    assert sub_a == (which in ("a", "both")) and sub_b == (which in ("b", "both"))
+    with np.errstate(all="ignore"):
+        whole = np.broadcast_to(_flushed(a_, b_, name, name, 0.75), (40, 28)).reshape(-1)
+        idx = np.sort(rng.choice(40 * 28, 90, replace=False))
+        i, j = np.divmod(idx, 28)
+        at = _flushed_at(a_[i].astype(np.float64), b_.T[j].astype(np.float64),
+                         name if sub_a else "", name if sub_b else "", 0.75, 33)  # fmt: skip
+    at = np.broadcast_to(np.asarray(at, np.float64), idx.shape)
+    assert np.array_equal(np.asarray(whole[idx], np.float64).view(np.uint64), at.view(np.uint64),
+                          equal_nan=False)  # fmt: skip

@@ -110,10 +110,10 @@ def gemm(
         few elements are asked for (a 2-D product), else the whole GEMM of magnitudes."""
         gather = a_.ndim == 2 and b_.ndim == 2 and idx.size * _GATHER <= s.size
         aa = bb = None
-        if not gather or sub_a or sub_b:
+        if not gather:
             aa, bb = np.abs(a_), np.abs(b_)
         flush: Any = 0.0
-        if low:  # without a subnormal operand, only the K + 3 flushed results (no counting)
+        if low and not gather:  # without a subnormal operand, only the K + 3 flushed results
             flush = (
                 _flushed(aa, bb, fmt(a), fmt(b), abs(alpha))
                 if aa is not None and bb is not None and (sub_a or sub_b)
@@ -122,8 +122,11 @@ def gemm(
         with np.errstate(over="ignore"):
             if gather:
                 i, j = np.divmod(idx, shape[-1])
-                mag = np.einsum("ik,ik->i", np.abs(a_[i].astype(np.float64)),
-                                np.abs(b_.T[j].astype(np.float64)))  # fmt: skip
+                ga, gb = np.abs(a_[i].astype(np.float64)), np.abs(b_.T[j].astype(np.float64))
+                mag = np.einsum("ik,ik->i", ga, gb)
+                if low:  # _flushed's terms at these elements only, from the same rows
+                    flush = _flushed_at(ga, gb, fmt(a) if sub_a else "", fmt(b) if sub_b else "",
+                                        abs(alpha), k)  # fmt: skip
                 if alpha != 1.0:
                     mag *= abs(alpha)
                 if cabs is not None:
@@ -138,7 +141,9 @@ def gemm(
                 mag = np.asarray(full, np.float64).reshape(-1)[idx]
             err = mag * fac + floor
             if np.any(flush):
-                err = err + np.broadcast_to(flush, shape).reshape(-1)[idx] * (1 + 2.0**-20)
+                if not (gather and np.ndim(flush)):  # a scalar, or the whole output's terms
+                    flush = np.broadcast_to(flush, shape).reshape(-1)[idx]
+                err = err + flush * (1 + 2.0**-20)
         return np.asarray(s).reshape(-1)[idx].astype(np.float64), err
 
     # A lower estimate of ``bound``'s err from the center alone: fpemu's GEMM lies within
@@ -233,6 +238,24 @@ def _flushed(aa: np.ndarray, bb: np.ndarray, fa: str, fb: str, alpha: float) -> 
             out = out + alpha * sub * np.max(bb, axis=-2, keepdims=True).astype(np.float64)
         else:
             out = out + alpha * np.max(aa, axis=-1, keepdims=True).astype(np.float64) * sub
+    return out
+
+
+def _flushed_at(ga: np.ndarray, gb: np.ndarray, fa: str, fb: str, alpha: float, k: int) -> Any:
+    """:func:`_flushed` at some outputs, from their rows of ``|a|`` (``ga``) and columns of
+    ``|b|`` (``gb``), one per output, as float64: the same numbers (the subnormal sums are
+    exact in any order: at most K multiples of the format's subnormal spacing below its
+    smallest normal; maxima and the products are taken as :func:`_flushed` takes them).
+    ``fa``/``fb``: the operand's format where it holds a subnormal of it, else ""."""
+    out: Any = (k + 3) * 2.0**-126
+    tiny = _TINY.get(fa)
+    if tiny is not None:
+        sub = np.sum(ga * (ga < tiny), axis=-1, dtype=np.float64)
+        out = out + alpha * sub * np.max(gb, axis=-1)
+    tiny = _TINY.get(fb)
+    if tiny is not None:
+        sub = np.sum(gb * (gb < tiny), axis=-1, dtype=np.float64)
+        out = out + alpha * np.max(ga, axis=-1) * sub
     return out
 
 
