@@ -130,16 +130,25 @@ def _layer_norm_dx_f32(dy: np.ndarray, x: np.ndarray, mean: np.ndarray, rstd: np
     b*x + ... (the ``default`` build rounds every operation). Without weights: ds = sum(dy*x),
     db = sum(dy), dx = (b*x + a*dy) + c."""
     cols = dy.shape[1]
-    gb = np.ones_like(dy) if g is None else np.broadcast_to(g, dy.shape)
-    ds = row_dot(dy, x, fused) if g is None else row_dot(dy * x, gb, fused)  # float32 products
-    db = row_dot(dy, gb, fused)
+    # two float32 work arrays, each reused (fresh arrays page-fault: see _scratch)
+    gb = np.broadcast_to(_F(1) if g is None else g, dy.shape)
+    work = dy * x  # float32 products
+    if g is None:
+        ds = row_dot(dy, x, fused, prod=work)
+        db = row_dot(dy, gb, fused, prod=dy)
+        q = np.multiply(rstd[:, None], dy, out=work)  # a*dy (operand order: NaN payloads)
+    else:
+        t = np.multiply(work, g)  # (dy*x)*w
+        ds = row_dot(work, gb, fused, prod=t)
+        db = row_dot(dy, gb, fused, prod=np.multiply(dy, g, out=work))
+        q = np.multiply(np.multiply(rstd[:, None], dy, out=t), g, out=t)  # (a*dy)*w
     scale = _F(1) / _F(cols)
     a = rstd
     b0 = mad(db, mean, -ds, fused=fused)
     b = ((((b0 * a).astype(_F) * a).astype(_F) * a).astype(_F) * scale).astype(_F)
     c = mad(-b, mean, -((db * a).astype(_F) * scale).astype(_F), fused=fused)
-    ady = a[:, None] * dy  # float32 operands: float32 results, one rounding each
-    return np.asarray(mad(b[:, None], x, ady * gb, fused=fused) + c[:, None], _F)
+    dx = mad(b[:, None], x, q, fused=fused)
+    return np.asarray(np.add(dx, c[:, None], out=dx))
 
 
 def _layer_norm_dwdb(
