@@ -3,11 +3,11 @@ calls of the bench GPT step (benchmarks/bench_watch.py: 512 rows x 128 columns),
 code against the code at a baseline commit, measured in the same run.
 
 The calls are recorded from one watched step per config (bf16, fp32, fp16 autocast); the
-baseline's ``norms.py`` and ``_fma.py`` are loaded from ``git show BASE:path`` into throwaway
-modules. Rows: op and config; per-call time of the recorded calls, the best of ``--repeats``
-runs with old and new alternating (on a loaded machine the best is the code's own cost), old /
-new and the ratio. Every new result is also compared bit for bit with the old one (a speed row
-with different bits would be meaningless). Pin threads on a shared machine:
+baseline's ``norms.py``, ``_fma.py`` and ``_moments.py`` are loaded from ``git show BASE:path``
+into throwaway modules. Rows: op and config; per-call time of the recorded calls, the best of
+``--repeats`` runs with old and new alternating (on a loaded machine the best is the code's own
+cost), old / new and the ratio. Every new result is also compared bit for bit with the old one
+(a speed row with different bits would be meaningless). Pin threads on a shared machine:
 
     OMP_NUM_THREADS=1 python benchmarks/bench_norm_ops.py [--base COMMIT] [--repeats N]
 """
@@ -32,7 +32,8 @@ BASE = "16b5738"
 
 
 def _old_modules(base: str) -> types.ModuleType:
-    """The baseline's norms module (with its own ``_fma``), registering nothing."""
+    """The baseline's norms module (with its own ``_fma`` and, where the base has it,
+    ``_moments``), registering nothing."""
 
     def src(path: str) -> str:
         text = git_show(base, path)
@@ -40,20 +41,27 @@ def _old_modules(base: str) -> types.ModuleType:
             raise SystemExit(f"{path} does not exist at {base}")
         return text
 
-    fma = types.ModuleType("_old_fma")
-    exec(compile(src("fpemu/validate/ops/_fma.py"), "old_fma", "exec"), fma.__dict__)
-    sys.modules["_old_fma"] = fma
+    def load(name: str, text: str) -> types.ModuleType:
+        mod = types.ModuleType(name)
+        exec(compile(text, name, "exec"), mod.__dict__)
+        sys.modules[name] = mod
+        return mod
+
+    load("_old_fma", src("fpemu/validate/ops/_fma.py"))
     text = src("fpemu/validate/ops/norms.py").replace(
         "from fpemu.validate.ops._fma import", "from _old_fma import"
     )
-    norms = types.ModuleType("_old_norms")
+    moments = git_show(base, "fpemu/validate/ops/_moments.py")
+    if moments is not None:
+        load("_old_moments", moments.replace("from fpemu.validate.ops._fma import",
+                                             "from _old_fma import"))  # fmt: skip
+        text = text.replace("from fpemu.validate.ops._moments import", "from _old_moments import")
     real = ops.register
     ops.register = lambda *names: lambda fn: fn  # type: ignore[assignment]
     try:
-        exec(compile(text, "old_norms", "exec"), norms.__dict__)
+        return load("_old_norms", text)
     finally:
         ops.register = real
-    return norms
 
 
 def _bits(outs: list[Any]) -> list[bytes]:

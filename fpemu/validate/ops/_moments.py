@@ -100,6 +100,8 @@ def _welford_fused(x: np.ndarray, delta: np.ndarray, j: int, m1: np.ndarray, m2:
     np.multiply(d64, x - n1, out=prods[1])
     np.add(prods[1], m2, out=sums[1])
     risky = boundary32(test)
+    if risky.any():  # zero sums are exact (step 0's m2 sums all are): no repair to look at
+        risky &= test != 0
     if not risky.any():
         return n1, sums[1].astype(_F)
     if test is sums:
