@@ -84,3 +84,46 @@ def test_layer_norm_backward_exact_on_fast_path_shapes(
             assert _check_exact(list(outs), emulated) == want
     finally:
         torch.set_num_threads(old)
+
+
+def _lane_oracle(lanes: np.ndarray, m1: np.ndarray, cs: np.ndarray) -> np.ndarray:
+    """``m1 = fma(c, lane - m1, m1)`` lane by lane with exact values (reference/: Fraction, one
+    rounding to float32 per step; the delta is a float32 subtraction)."""
+    from fractions import Fraction  # noqa: PLC0415
+
+    from reference.rounding import round_value  # noqa: PLC0415
+    from reference.spec import FLOAT32  # noqa: PLC0415
+    from reference.value import to_float  # noqa: PLC0415
+
+    out = m1.astype(np.float64)
+    for r in range(lanes.shape[0]):
+        for lane in range(lanes.shape[1]):
+            delta = np.float32(lanes[r, lane]) - np.float32(out[r])
+            exact = Fraction(float(cs[lane])) * Fraction(float(delta)) + Fraction(float(out[r]))
+            out[r] = to_float(round_value(exact, FLOAT32, "rne"))
+    return out.astype(np.float32)
+
+
+def test_lane_means_repairs_an_inexact_boundary_sum() -> None:
+    """The fused ``AddMoments`` mean recurrence (float64 sums, one boundary test after all lanes)
+    against the exact loop, with a lane whose float64 sum is inexact on a float32 midpoint: c =
+    8392705 * 2^-47, delta = 16769026 (c * delta = 1 + 2^-46, 8392705 * 16769026 = 2^47 + 2)
+    and m1 = 2^24: the float64 sum 2^24 + 1 is the midpoint (the tie goes to 2^24), the exact
+    one lies above it (2^24 + 2). Row 1 mirrors it below zero; row 2 is random. The crafted
+    lane is lane 3 (the lanes before it are kept, the rest redone)."""
+    from fpemu.validate.ops._moments import _lane_means  # noqa: PLC0415
+
+    rng = np.random.default_rng(5)
+    cs = np.float32([0.5, 0.25, 0.0, 8392705 * 2.0**-47, 0.0, 1 / 3, 0.0, 0.125])
+    lanes = rng.standard_normal((3, 8)).astype(np.float32)
+    m1 = np.float32([2.0**24, -(2.0**24), 0.7])
+    lanes[:2, :3] = m1[:2, None]  # lanes 0-2 leave m1 at +-2^24 (delta 0)
+    lanes[0, 3], lanes[1, 3] = 2.0**24 + 16769026, -(2.0**24 + 16769026)
+    lanes[:2, 4:] = lanes[:2, 3:4] * 0 + np.float32([2.0**24 + 2, -(2.0**24 + 2)])[:, None]
+    deltas = np.empty((3, 8), np.float32)
+    ours = _lane_means(lanes, m1.copy(), cs, deltas, True)
+    oracle = _lane_oracle(lanes, m1, cs)
+    assert ours.view(np.uint32).tolist() == oracle.view(np.uint32).tolist()
+    assert ours[0] == 2.0**24 + 2 and ours[1] == -(2.0**24 + 2)
+    # the float64 sum rounded once would have given the tie's even neighbour
+    assert np.float32(2.0**24 + 1.0) == 2.0**24
