@@ -92,22 +92,23 @@ def _chunk_welford(v: np.ndarray, counts: np.ndarray, fused: bool) -> tuple[Any,
     m2 = np.zeros((rows, chunks, _LANES), _F)
     xs = np.ascontiguousarray(v.transpose(2, 0, 1, 3))  # vector j of every chunk: contiguous
     buf = np.empty((2, 2, *m1.shape))  # both products and sums of a step (float64)
-    for j in range(_CHUNK):
-        act = (j < counts)[None, :, None]
-        if not act.any():
-            break
+    full, longest = int(counts.min()), int(counts.max())  # steps every chunk / some chunk has
+    for j in range(longest):
         x = xs[j]
         delta = x - m1
-        # float32: fmadd(c, delta, m1); bf16/fp16: fmadd(delta, c, m1) (same value)
-        if fused:
+        # float32: fmadd(c, delta, m1); bf16/fp16: fmadd(delta, c, m1) (same value). Step 0
+        # (m1 = m2 = 0, c = 1) multiplies exactly (delta * 1, and delta * (x - n1), a zero or
+        # NaN), so its unfused sums are the fused ones
+        if fused and j:
             n1, n2 = _welford_fused(x, delta, j, m1, m2, buf)
         else:
             c = _F(1) / _F(j + 1)
             n1 = mad(delta, c, m1, fused=False)
             n2 = mad(delta, x - n1, m2, fused=False)
-        if act.all():  # every chunk still has a vector j (all but a short last chunk)
+        if j < full:  # every chunk still has a vector j (all but a short last chunk)
             m1, m2 = n1, n2
         else:
+            act = (j < counts)[None, :, None]
             m1 = np.where(act, n1, m1)
             m2 = np.where(act, n2, m2)
     return m1, m2
