@@ -6,8 +6,9 @@ The calls are recorded from one watched step per config (bf16, fp32, fp16 autoca
 baseline's ``norms.py``, ``_fma.py`` and ``_moments.py`` are loaded from ``git show BASE:path``
 into throwaway modules. Rows: op and config; per-call time of the recorded calls, the best of
 ``--repeats`` runs with old and new alternating (on a loaded machine the best is the code's own
-cost), old / new and the ratio. Every new result is also compared bit for bit with the old one
-(a speed row with different bits would be meaningless). Pin threads on a shared machine:
+cost), old / new and the ratio, and a row of both ops in the step's order. Every new result is
+also compared bit for bit with the old one: values, exact flags, bounded outputs' centers and
+errors (a speed row with different bits would be meaningless). Pin threads on a shared machine:
 
     OMP_NUM_THREADS=1 python benchmarks/bench_norm_ops.py [--base COMMIT] [--repeats N]
 """
@@ -64,8 +65,21 @@ def _old_modules(base: str) -> types.ModuleType:
         ops.register = real
 
 
-def _bits(outs: list[Any]) -> list[bytes]:
-    return [b"" if o is None else np.ascontiguousarray(o.value).tobytes() for o in outs]
+def _bits(outs: list[Any]) -> list[tuple[Any, ...]]:
+    """Each output's value bits, exact flag, and where bounded its center and error bits (at
+    every element: a lazy bound is asked everywhere)."""
+
+    def raw(a: Any) -> bytes:
+        return b"" if a is None else np.ascontiguousarray(a).tobytes()
+
+    res: list[tuple[Any, ...]] = []
+    for o in outs:
+        if o is None:
+            res.append(())
+            continue
+        ce = o.bounds_at(np.arange(np.size(o.value))) if not o.exact else None
+        res.append((raw(o.value), o.exact) + (() if ce is None else (raw(ce[0]), raw(ce[1]))))
+    return res
 
 
 def main() -> None:
@@ -92,6 +106,17 @@ def main() -> None:
             )
             print(f"{op.split('.')[1]:28} {config:6} {n:5} {t_old / n * 1e3:8.2f}ms "
                   f"{t_new / n * 1e3:8.2f}ms {t_old / t_new:7.2f}x")  # fmt: skip
+
+        # the step's order, forward calls then backward ones: what one op leaves allocated or
+        # freed weighs on the other (the per-op rows above repeat one op)
+        n = len(calls[OPS[0]]) + len(calls[OPS[1]])
+        t_old, t_new = interleaved(
+            lambda: [olds[op](c) for op in OPS for c in calls[op]],  # noqa: B023
+            lambda: [ops.TABLE[op](c) for op in OPS for c in calls[op]],  # noqa: B023
+            args.repeats,
+        )
+        print(f"{'forward then backward':28} {config:6} {n:5} {t_old / n * 1e3:8.2f}ms "
+              f"{t_new / n * 1e3:8.2f}ms {t_old / t_new:7.2f}x")  # fmt: skip
 
 
 if __name__ == "__main__":
