@@ -44,13 +44,12 @@ builds matched no candidate order) is bounded. The bounds are derived below.
 from __future__ import annotations
 
 import math
-import threading
 from typing import Any
 
 import numpy as np
 
 from fpemu.validate.ops import Call, Out, bounded, exact, lazy, register
-from fpemu.validate.ops._fma import U32, boundary32, gamma, mad, row_dot, sum32
+from fpemu.validate.ops._fma import U32, boundary32, gamma, mad, row_dot, scratch, sum32
 from fpemu.validate.ops._moments import row_moments
 from fpemu.validate.ops._num import to
 
@@ -62,28 +61,6 @@ _F = np.float32
 def _args(call: Call, *names: str) -> list[Any]:
     """The call's arguments by schema position and name."""
     return [call.arg(i, n) for i, n in enumerate(names)]
-
-
-#: per-thread reusable arrays of the weight-gradient scan (see :func:`_scratch`)
-_WORK = threading.local()
-#: the largest scratch array kept (elements): bigger ones are allocated per call
-_SCRATCH_MAX = 1 << 22
-
-
-def _scratch(key: str, shape: tuple[int, ...]) -> np.ndarray:
-    """A float64 array of ``shape`` with undefined contents, reused by later calls in this
-    thread under ``key``: the scan's megabyte buffers, allocated afresh on every call, cost a
-    page fault per 4 KiB page whenever glibc has handed the freed memory back to the system
-    (measured on the bench calls: about a sixth of the weight-gradient time). Callers return
-    no views of it."""
-    n = math.prod(shape)
-    if n > _SCRATCH_MAX:
-        return np.empty(shape)
-    store: dict[str, np.ndarray] = _WORK.__dict__.setdefault("arrays", {})
-    buf = store.get(key)
-    if buf is None or buf.size < n:
-        buf = store[key] = np.empty(n)
-    return buf[:n].reshape(shape)
 
 
 def _split(x: np.ndarray, shape: Any) -> tuple[int, int]:
@@ -130,7 +107,7 @@ def _layer_norm_dx_f32(dy: np.ndarray, x: np.ndarray, mean: np.ndarray, rstd: np
     b*x + ... (the ``default`` build rounds every operation). Without weights: ds = sum(dy*x),
     db = sum(dy), dx = (b*x + a*dy) + c."""
     cols = dy.shape[1]
-    # two float32 work arrays, each reused (fresh arrays page-fault: see _scratch)
+    # two float32 work arrays, each reused (fresh arrays page-fault: see scratch)
     gb = np.broadcast_to(_F(1) if g is None else g, dy.shape)
     work = dy * x  # float32 products
     if g is None:
@@ -176,7 +153,7 @@ def _layer_norm_dwdb(
             dy, xhat = np.concatenate([dy, pad]), np.concatenate([xhat, pad])
         # the terms laid out step by step, contiguous (chunk, used, 2 cols): step i of thread t
         # is row t*chunk + i; products then dy
-        terms = _scratch("terms", (chunk, used, 2 * cols))
+        terms = scratch("terms", (chunk, used, 2 * cols))
         d3 = dy.reshape(used, chunk, cols).transpose(1, 0, 2)
         x3 = xhat.reshape(used, chunk, cols).transpose(1, 0, 2)
         if fused:  # exact in float64
@@ -215,7 +192,7 @@ def _scan(terms: np.ndarray, risky_cols: int, buf: str) -> np.ndarray:
     # hist[k]: the buffer before step k (float64 copies of values of the buffer's format); one
     # scratch row for the float64 sum (keeping every step's sum measured 2x slower: the
     # detection forms them again, block by block); lists of contiguous row views
-    hist = _scratch("hist", (n_steps + 1, *terms.shape[1:]))
+    hist = scratch("hist", (n_steps + 1, *terms.shape[1:]))
     hist[0] = 0
     s = np.empty(width)
     r32 = np.empty(width, _F)
