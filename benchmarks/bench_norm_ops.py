@@ -3,11 +3,12 @@ calls of the bench GPT step (benchmarks/bench_watch.py: 512 rows x 128 columns),
 code against the code at a baseline commit, measured in the same run.
 
 The calls are recorded from one watched step per config (bf16, fp32, fp16 autocast); the
-baseline's ``norms.py`` and ``_fma.py`` are loaded from ``git show BASE:path`` into throwaway
-modules. Rows: op and config; per-call time of the recorded calls, the best of ``--repeats``
-runs with old and new alternating (on a loaded machine the best is the code's own cost), old /
-new and the ratio. Every new result is also compared bit for bit with the old one (a speed row
-with different bits would be meaningless). Pin threads on a shared machine:
+baseline's ``norms.py``, ``_fma.py`` and ``_moments.py`` are loaded from ``git show BASE:path``
+into throwaway modules. Rows: op and config; per-call time of the recorded calls, the best of
+``--repeats`` runs with old and new alternating (on a loaded machine the best is the code's own
+cost), old / new and the ratio, and a row of both ops in the step's order. Every new result is
+also compared bit for bit with the old one: values, exact flags, bounded outputs' centers and
+errors (a speed row with different bits would be meaningless). Pin threads on a shared machine:
 
     OMP_NUM_THREADS=1 python benchmarks/bench_norm_ops.py [--base COMMIT] [--repeats N]
 """
@@ -32,7 +33,8 @@ BASE = "16b5738"
 
 
 def _old_modules(base: str) -> types.ModuleType:
-    """The baseline's norms module (with its own ``_fma``), registering nothing."""
+    """The baseline's norms module (with its own ``_fma`` and, where the base has it,
+    ``_moments``), registering nothing."""
 
     def src(path: str) -> str:
         text = git_show(base, path)
@@ -40,24 +42,44 @@ def _old_modules(base: str) -> types.ModuleType:
             raise SystemExit(f"{path} does not exist at {base}")
         return text
 
-    fma = types.ModuleType("_old_fma")
-    exec(compile(src("fpemu/validate/ops/_fma.py"), "old_fma", "exec"), fma.__dict__)
-    sys.modules["_old_fma"] = fma
+    def load(name: str, text: str) -> types.ModuleType:
+        mod = types.ModuleType(name)
+        exec(compile(text, name, "exec"), mod.__dict__)
+        sys.modules[name] = mod
+        return mod
+
+    load("_old_fma", src("fpemu/validate/ops/_fma.py"))
     text = src("fpemu/validate/ops/norms.py").replace(
         "from fpemu.validate.ops._fma import", "from _old_fma import"
     )
-    norms = types.ModuleType("_old_norms")
+    moments = git_show(base, "fpemu/validate/ops/_moments.py")
+    if moments is not None:
+        load("_old_moments", moments.replace("from fpemu.validate.ops._fma import",
+                                             "from _old_fma import"))  # fmt: skip
+        text = text.replace("from fpemu.validate.ops._moments import", "from _old_moments import")
     real = ops.register
     ops.register = lambda *names: lambda fn: fn  # type: ignore[assignment]
     try:
-        exec(compile(text, "old_norms", "exec"), norms.__dict__)
+        return load("_old_norms", text)
     finally:
         ops.register = real
-    return norms
 
 
-def _bits(outs: list[Any]) -> list[bytes]:
-    return [b"" if o is None else np.ascontiguousarray(o.value).tobytes() for o in outs]
+def _bits(outs: list[Any]) -> list[tuple[Any, ...]]:
+    """Each output's value bits, exact flag, and where bounded its center and error bits (at
+    every element: a lazy bound is asked everywhere)."""
+
+    def raw(a: Any) -> bytes:
+        return b"" if a is None else np.ascontiguousarray(a).tobytes()
+
+    res: list[tuple[Any, ...]] = []
+    for o in outs:
+        if o is None:
+            res.append(())
+            continue
+        ce = o.bounds_at(np.arange(np.size(o.value))) if not o.exact else None
+        res.append((raw(o.value), o.exact) + (() if ce is None else (raw(ce[0]), raw(ce[1]))))
+    return res
 
 
 def main() -> None:
@@ -84,6 +106,17 @@ def main() -> None:
             )
             print(f"{op.split('.')[1]:28} {config:6} {n:5} {t_old / n * 1e3:8.2f}ms "
                   f"{t_new / n * 1e3:8.2f}ms {t_old / t_new:7.2f}x")  # fmt: skip
+
+        # the step's order, forward calls then backward ones: what one op leaves allocated or
+        # freed weighs on the other (the per-op rows above repeat one op)
+        n = len(calls[OPS[0]]) + len(calls[OPS[1]])
+        t_old, t_new = interleaved(
+            lambda: [olds[op](c) for op in OPS for c in calls[op]],  # noqa: B023
+            lambda: [ops.TABLE[op](c) for op in OPS for c in calls[op]],  # noqa: B023
+            args.repeats,
+        )
+        print(f"{'forward then backward':28} {config:6} {n:5} {t_old / n * 1e3:8.2f}ms "
+              f"{t_new / n * 1e3:8.2f}ms {t_old / t_new:7.2f}x")  # fmt: skip
 
 
 if __name__ == "__main__":

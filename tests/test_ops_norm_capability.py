@@ -14,7 +14,13 @@ import pytest
 
 pytest.importorskip("torch")
 
-FILES = ["test_ops_norms.py", "test_ops_batchnorm.py", "test_ops_embedding.py", "test_ops_conv.py"]
+FILES = [
+    "test_ops_norms.py",
+    "test_ops_norms_bits.py",
+    "test_ops_batchnorm.py",
+    "test_ops_embedding.py",
+    "test_ops_conv.py",
+]
 
 
 @pytest.mark.skipif(os.environ.get("ATEN_CPU_CAPABILITY") is not None, reason="the child run")

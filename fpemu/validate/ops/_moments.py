@@ -40,8 +40,49 @@ def _add_vec(m0a: int, m1a: np.ndarray, m2a: np.ndarray, st: list[Any], fused: b
     c_delta = (c * delta).astype(_F)
     m0_delta = (delta * _F(st[0])).astype(_F)
     st[1] = (st[1] + c_delta).astype(_F)
-    st[2] = mad(m0_delta, c_delta, m2_tmp, fused=fused)
+    # an empty entry (st[0] = 0) makes m0_delta a zero (or NaN): its product is exact, so the
+    # unfused sum is the fused one, without fma32's float64 pass
+    st[2] = mad(m0_delta, c_delta, m2_tmp, fused=fused and st[0] != 0)
     st[0] = n
+
+
+def _lane_means(lanes: np.ndarray, m1: np.ndarray, cs: np.ndarray, deltas: np.ndarray,
+                fused: bool) -> np.ndarray:  # fmt: skip
+    """The mean recurrence of ``AddMoments`` over the 8 lanes: ``m1 = fma(c, lanes[:, l] - m1,
+    m1)`` lane by lane (``deltas[:, l]`` receives each delta). Fused, each lane costs five
+    NumPy calls: the product is exact in float64 and the float64 sum rounded to float32 is the
+    fused result unless it lies on a float32 rounding boundary; the boundary test of all lanes
+    runs once afterwards (TwoSum at the nonzero boundary sums), and from the first lane with an
+    inexact boundary sum on, the lanes are redone by :func:`mad` (round to odd)."""
+    if not fused:
+        for lane in range(_LANES):
+            deltas[:, lane] = lanes[:, lane] - m1
+            m1 = mad(cs[lane], deltas[:, lane], m1, fused=False)
+        return m1
+    rows = len(m1)
+    before = np.empty((_LANES, rows), _F)
+    prods, sums = np.empty((_LANES, rows)), np.empty((_LANES, rows))
+    for lane in range(_LANES):
+        before[lane] = m1
+        deltas[:, lane] = lanes[:, lane] - m1
+        np.multiply(deltas[:, lane], np.float64(cs[lane]), out=prods[lane])  # delta * c: exact
+        np.add(prods[lane], m1, out=sums[lane])
+        m1 = sums[lane].astype(_F)
+    risky = boundary32(sums)
+    if not risky.any():
+        return m1
+    at = np.nonzero(risky & (sums != 0))  # a zero sum is exact
+    ps, ss, cc = prods[at], sums[at], before[at].astype(np.float64)
+    bb = ss - ps
+    err = (ps - (ss - bb)) + (cc - bb)
+    bad = at[0][(err != 0) & np.isfinite(err)]
+    if not bad.size:
+        return m1
+    m1 = before[bad.min()]
+    for lane in range(int(bad.min()), _LANES):
+        deltas[:, lane] = lanes[:, lane] - m1
+        m1 = mad(cs[lane], deltas[:, lane], m1, fused=True)
+    return m1
 
 
 def _chunk_welford(v: np.ndarray, counts: np.ndarray, fused: bool) -> tuple[Any, Any]:
@@ -51,22 +92,23 @@ def _chunk_welford(v: np.ndarray, counts: np.ndarray, fused: bool) -> tuple[Any,
     m2 = np.zeros((rows, chunks, _LANES), _F)
     xs = np.ascontiguousarray(v.transpose(2, 0, 1, 3))  # vector j of every chunk: contiguous
     buf = np.empty((2, 2, *m1.shape))  # both products and sums of a step (float64)
-    for j in range(_CHUNK):
-        act = (j < counts)[None, :, None]
-        if not act.any():
-            break
+    full, longest = int(counts.min()), int(counts.max())  # steps every chunk / some chunk has
+    for j in range(longest):
         x = xs[j]
         delta = x - m1
-        # float32: fmadd(c, delta, m1); bf16/fp16: fmadd(delta, c, m1) (same value)
-        if fused:
+        # float32: fmadd(c, delta, m1); bf16/fp16: fmadd(delta, c, m1) (same value). Step 0
+        # (m1 = m2 = 0, c = 1) multiplies exactly (delta * 1, and delta * (x - n1), a zero or
+        # NaN), so its unfused sums are the fused ones
+        if fused and j:
             n1, n2 = _welford_fused(x, delta, j, m1, m2, buf)
         else:
             c = _F(1) / _F(j + 1)
             n1 = mad(delta, c, m1, fused=False)
             n2 = mad(delta, x - n1, m2, fused=False)
-        if act.all():  # every chunk still has a vector j (all but a short last chunk)
+        if j < full:  # every chunk still has a vector j (all but a short last chunk)
             m1, m2 = n1, n2
         else:
+            act = (j < counts)[None, :, None]
             m1 = np.where(act, n1, m1)
             m2 = np.where(act, n2, m2)
     return m1, m2
@@ -100,6 +142,8 @@ def _welford_fused(x: np.ndarray, delta: np.ndarray, j: int, m1: np.ndarray, m2:
     np.multiply(d64, x - n1, out=prods[1])
     np.add(prods[1], m2, out=sums[1])
     risky = boundary32(test)
+    if risky.any():  # zero sums are exact (step 0's m2 sums all are): no repair to look at
+        risky &= test != 0
     if not risky.any():
         return n1, sums[1].astype(_F)
     if test is sums:
@@ -182,12 +226,10 @@ def _row_moments(x: np.ndarray, low: bool, fused: bool, tail_fused: bool,
     cs, c0s = np.zeros(_LANES, _F), np.zeros(_LANES, _F)
     for lane in range(_LANES):
         tot = c0 + m0_add
-        c = _F(0) if tot == 0 else _F(m0_add) / _F(tot)
-        delta = np.asarray(stk[0][1][:, lane] - m1, _F)
-        deltas[:, lane] = delta
-        m1 = mad(c, delta, m1, fused=fused)
-        cs[lane], c0s[lane] = c, c0
+        cs[lane] = _F(0) if tot == 0 else _F(m0_add) / _F(tot)
+        c0s[lane] = c0
         c0 = tot
+    m1 = _lane_means(stk[0][1], np.asarray(m1, _F), cs, deltas, fused)
     t = (deltas * deltas) * cs  # float32: two roundings, as per lane
     q = mad(t, c0s, stk[0][2], fused=fused)
     m2 = np.add.accumulate(np.concatenate([np.asarray(m2, _F)[:, None], q], axis=1), axis=1)

@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 
 from fpemu.validate.ops import Call, Out, bounded, exact, lazy, register
-from fpemu.validate.ops._fma import U32, boundary32, gamma, mad, row_dot, sum32
+from fpemu.validate.ops._fma import U32, boundary32, gamma, mad, row_dot, scratch, sum32
 from fpemu.validate.ops._moments import row_moments
 from fpemu.validate.ops._num import to
 
@@ -107,16 +107,25 @@ def _layer_norm_dx_f32(dy: np.ndarray, x: np.ndarray, mean: np.ndarray, rstd: np
     b*x + ... (the ``default`` build rounds every operation). Without weights: ds = sum(dy*x),
     db = sum(dy), dx = (b*x + a*dy) + c."""
     cols = dy.shape[1]
-    gb = np.ones_like(dy) if g is None else np.broadcast_to(g, dy.shape)
-    ds = row_dot(dy, x, fused) if g is None else row_dot(dy * x, gb, fused)  # float32 products
-    db = row_dot(dy, gb, fused)
+    # two float32 work arrays, each reused (fresh arrays page-fault: see scratch)
+    gb = np.broadcast_to(_F(1) if g is None else g, dy.shape)
+    work = dy * x  # float32 products
+    if g is None:
+        ds = row_dot(dy, x, fused, prod=work)
+        db = row_dot(dy, gb, fused, prod=dy)
+        q = np.multiply(rstd[:, None], dy, out=work)  # a*dy (operand order: NaN payloads)
+    else:
+        t = np.multiply(work, g)  # (dy*x)*w
+        ds = row_dot(work, gb, fused, prod=t)
+        db = row_dot(dy, gb, fused, prod=np.multiply(dy, g, out=work))
+        q = np.multiply(np.multiply(rstd[:, None], dy, out=t), g, out=t)  # (a*dy)*w
     scale = _F(1) / _F(cols)
     a = rstd
     b0 = mad(db, mean, -ds, fused=fused)
     b = ((((b0 * a).astype(_F) * a).astype(_F) * a).astype(_F) * scale).astype(_F)
     c = mad(-b, mean, -((db * a).astype(_F) * scale).astype(_F), fused=fused)
-    ady = a[:, None] * dy  # float32 operands: float32 results, one rounding each
-    return np.asarray(mad(b[:, None], x, ady * gb, fused=fused) + c[:, None], _F)
+    dx = mad(b[:, None], x, q, fused=fused)
+    return np.asarray(np.add(dx, c[:, None], out=dx))
 
 
 def _layer_norm_dwdb(
@@ -139,15 +148,19 @@ def _layer_norm_dwdb(
 
     with np.errstate(all="ignore"):
         xhat = mad(rstd[:, None], x, bias[:, None], fused=fused)
-        # the terms laid out step by step, (chunk, used, 2 cols): thread t's rows are
-        # [t*chunk, (t+1)*chunk), zero padded; products then dy
-        flat = np.zeros((used * chunk, 2 * cols))
+        if used * chunk != rows:  # the last thread's missing rows: zero terms
+            pad = np.zeros((used * chunk - rows, cols), _F)
+            dy, xhat = np.concatenate([dy, pad]), np.concatenate([xhat, pad])
+        # the terms laid out step by step, contiguous (chunk, used, 2 cols): step i of thread t
+        # is row t*chunk + i; products then dy
+        terms = scratch("norms.terms", (chunk, used, 2 * cols))
+        d3 = dy.reshape(used, chunk, cols).transpose(1, 0, 2)
+        x3 = xhat.reshape(used, chunk, cols).transpose(1, 0, 2)
         if fused:  # exact in float64
-            np.multiply(dy, xhat, out=flat[:rows, :cols], dtype=np.float64)
+            np.multiply(d3, x3, out=terms[..., :cols], dtype=np.float64)
         else:
-            flat[:rows, :cols] = dy * xhat
-        flat[:rows, cols:] = dy
-        terms = flat.reshape(used, chunk, 2 * cols).transpose(1, 0, 2)
+            terms[..., :cols] = d3 * x3
+        terms[..., cols:] = d3
         acc = _scan(terms, cols if fused else 0, buf)
         g = np.zeros(cols, _F)
         bb = np.zeros(cols, _F)
@@ -159,72 +172,84 @@ def _layer_norm_dwdb(
 
 def _scan(terms: np.ndarray, risky_cols: int, buf: str) -> np.ndarray:
     """The buffers after ``buf = round_buf(float32(buf + term))`` for each step of ``terms``
-    (steps, threads, columns; float64 terms that are float32 values or exact float32 products).
+    (steps, threads, columns; float64 terms that are float32 values or exact float32
+    products), as float64 values.
 
-    A float32 buffer costs one NumPy call per step: ``np.add`` of the float64 term and the
-    float32 buffer runs NumPy's float64 loop and rounds the sum to float32 as it writes the next
-    buffer row; a 16-bit buffer adds the cast of that float32 row to its format (two calls).
+    Each step costs three NumPy calls on contiguous rows, together cheaper than one mixed-type
+    ``np.add`` into the float32 buffer (whose casts are buffered: measured 1.5x slower): the
+    float64 sum of the term and the float64 copy of the buffer goes into a scratch row, is
+    rounded to float32 by an assignment (NumPy's cast: nearest even), and widened back into the
+    next row of ``hist``; a 16-bit buffer adds the cast of that float32 row to its format.
     Rounding the float64 sum ``s`` to float32 is the single rounding of the exact sum when the
     term is a float32 value (Figueroa: 53 >= 2*24 + 2), and also for an exact product unless
     ``s`` was inexact and lands on a float32 rounding boundary (a midpoint, or the float32
-    subnormal range): those are found afterwards for the first ``risky_cols`` columns in one
-    vectorised TwoSum over every step, and the scan restarts after the first such step with
-    that step rounded by :func:`sum32` (round to odd)."""
+    subnormal range): those are found afterwards for the first ``risky_cols`` columns
+    (:func:`_first_inexact`), and the scan restarts after the first such step with that step
+    rounded by :func:`sum32` (round to odd)."""
     n_steps = terms.shape[0]
+    width = math.prod(terms.shape[1:])
     low = buf != "float32"
-    # after[k]: the buffer before step k, in its own format; rows_f[k]: step k's float32 sum
-    # (a float32 buffer's own next row); lists of row views: fewer calls per step
-    after = np.zeros((n_steps + 1, *terms.shape[1:]), to(np.zeros(0, _F), buf).dtype)
-    rows_t, rows_a = list(terms), list(after)
-    rows_f = list(np.zeros(terms.shape, _F)) if low else rows_a[1:]
+    # hist[k]: the buffer before step k (float64 copies of values of the buffer's format); one
+    # scratch row for the float64 sum (keeping every step's sum measured 2x slower: the
+    # detection forms them again, block by block); lists of contiguous row views
+    hist = scratch("norms.hist", (n_steps + 1, *terms.shape[1:]))
+    hist[0] = 0
+    s = np.empty(width)
+    r32 = np.empty(width, _F)
+    r_low = np.empty(width, to(np.zeros(0, _F), buf).dtype) if low else r32
+    rows_t = list(terms.reshape(n_steps, width))
+    rows_h = list(hist.reshape(n_steps + 1, width))
     start = 0
     while start < n_steps:
-        todo = zip(
-            rows_t[start:], rows_a[start:-1], rows_a[start + 1 :], rows_f[start:], strict=True
-        )
+        todo = zip(rows_t[start:], rows_h[start:-1], rows_h[start + 1 :], strict=True)
         add = np.add
         if low:
-            for t, a0, a1, f in todo:
-                add(t, a0, f)
-                a1[...] = f  # float32 -> buffer format: the RNE cast of ``to``
+            for t, h0, h1 in todo:
+                add(t, h0, s)
+                r32[...] = s  # float64 -> float32: nearest even
+                r_low[...] = r32  # float32 -> buffer format: the RNE cast of ``to``
+                h1[...] = r_low
         else:
-            for t, a0, a1, _ in todo:
-                add(t, a0, a1)
+            for t, h0, h1 in todo:
+                add(t, h0, s)
+                r32[...] = s
+                h1[...] = r32
         if not risky_cols:
             break
-        bad_step = _first_inexact(terms, after, start, risky_cols)
+        bad_step = _first_inexact(terms, hist, start, risky_cols)
         if bad_step is None:
             break
         k = bad_step
-        prev = after[k].astype(np.float64)
-        fixed = (terms[k] + prev).astype(_F)
-        fixed[:, :risky_cols] = sum32(terms[k, :, :risky_cols], prev[:, :risky_cols])
-        after[k + 1] = to(fixed, buf)
+        fixed = (terms[k] + hist[k]).astype(_F)
+        fixed[:, :risky_cols] = sum32(terms[k, :, :risky_cols], hist[k, :, :risky_cols])
+        hist[k + 1] = to(fixed, buf)
         start = k + 1
-    return np.asarray(after[n_steps], np.float64)
+    return hist[n_steps].copy()
 
 
-#: sums per block of the buffer scan's boundary check (cache-sized float64 temporaries)
+#: sums per block of the buffer scan's boundary check (cache-sized temporaries)
 _CHECK_BLOCK = 16384
 
 
-def _first_inexact(terms: np.ndarray, after: np.ndarray, start: int, cols: int) -> int | None:
-    """The first step from ``start`` whose float64 sum ``terms[k] + after[k]`` (first ``cols``
+def _first_inexact(terms: np.ndarray, hist: np.ndarray, start: int, cols: int) -> int | None:
+    """The first step from ``start`` whose float64 sum ``terms[k] + hist[k]`` (first ``cols``
     columns) is inexact and on a float32 rounding boundary (:func:`boundary32`, then TwoSum at
-    the boundary sums only), or None. Blocks of steps keep the temporaries in cache."""
+    the nonzero boundary sums only: a zero sum is exact), or None. Blocks of steps keep the
+    temporaries in cache."""
     n_steps = terms.shape[0]
     per = max(1, _CHECK_BLOCK // max(1, terms[0, :, :cols].size))
     for k0 in range(start, n_steps, per):
         end = min(k0 + per, n_steps)
-        p = terms[k0:end, :, :cols]
-        c = after[k0:end, :, :cols].astype(np.float64)
+        p, c = terms[k0:end, :, :cols], hist[k0:end, :, :cols]
         s = p + c
         risky = boundary32(s)
         if not risky.any():
             continue
-        idx = np.flatnonzero(risky & (s != 0))  # a zero sum is exact
-        ps = p[np.unravel_index(idx, p.shape)]
-        cs, ss = c.reshape(-1)[idx], s.reshape(-1)[idx]
+        idx = np.flatnonzero(risky)
+        ss = s.reshape(-1)[idx]
+        idx, ss = idx[ss != 0], ss[ss != 0]
+        at = np.unravel_index(idx, s.shape)
+        ps, cs = p[at], c[at]
         bb = ss - ps
         err = (ps - (ss - bb)) + (cs - bb)
         bad = idx[(err != 0) & np.isfinite(err)]
