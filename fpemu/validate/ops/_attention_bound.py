@@ -203,7 +203,8 @@ def finish(c: np.ndarray, factor: float, add: float) -> np.ndarray:
     """A float32-computed GEMM of bound weights as the float64 bound ``c factor + add``
     (``factor`` includes W32), NaN made infinite; float64 roundings of the constants here
     (2^-53 relative each) are far inside the callers' 2^-20 widening."""
-    e = np.asarray(np.multiply(c, factor, dtype=np.float64))
+    e = np.array(c, np.float64)
+    e *= factor  # (the float64 product of the exact cast, as multiply(c, factor) in float64)
     e += add
     # c, add >= 0 (or NaN, inf): with 0 < factor < inf an element of e is NaN only where c or
     # add is (a NaN c found by its max: max propagates NaN); else the sum of e tells

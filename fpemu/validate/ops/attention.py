@@ -56,7 +56,6 @@ from fpemu.validate.ops._attention_bound import (
     causal_keys,
     colsum,
     const,
-    f32abs,
     finish,
     mag_mm,
     nan_to_inf,
@@ -108,6 +107,25 @@ def _mm(a: np.ndarray, b: np.ndarray, slot: str = "", out: bool = False) -> np.n
     return np.asarray(np.matmul(ops[0], ops[1], out=o))
 
 
+def _f64(call: Call, i: int, name: str) -> np.ndarray:
+    """Argument ``i`` (``name``) as a contiguous float64 array (exact: the inputs are float32 or
+    narrower), so that :func:`_mm` copies nothing; on the watch path in a scratch array (no
+    input is returned, and each argument has its own slot)."""
+    x = np.asarray(call.arg(i, name))
+    if call.model is not None:
+        return np.ascontiguousarray(x, np.float64)
+    buf = scratch("in_" + name, x.shape, np.float64)
+    np.copyto(buf, x, casting="same_kind")
+    return buf
+
+
+def _abs32(x: np.ndarray, slot: str) -> np.ndarray:
+    """|x| as float32 (exact: x holds float32 values) in a contiguous scratch array."""
+    a = scratch(slot, x.shape, F32)
+    np.copyto(a, x, casting="same_kind")
+    return np.abs(a, out=a)
+
+
 def _q_block(lq: int) -> int:
     return 256 if lq >= 768 else 64 if lq >= 192 else 32
 
@@ -132,8 +150,13 @@ def _scores(call: Call, q: np.ndarray, k: np.ndarray, causal: bool, *,
     with np.errstate(invalid="ignore", over="ignore"):
         s *= scale
         if bound:
-            aq, akt = q.astype(F32), np.swapaxes(k, -1, -2).astype(F32)  # exact: <= float32
-            e_s = mag_mm(np.abs(aq, out=aq), np.abs(akt, out=akt), scratch("es", s.shape, F32))
+            # exact: <= float32; |k|^T a transposed view of a contiguous |k| (the layout that
+            # astype gave the transposed view of k: the same GEMM call)
+            aq, ak = scratch("aq", q.shape, F32), scratch("ak", k.shape, F32)
+            np.copyto(aq, q, casting="same_kind")
+            np.copyto(ak, k, casting="same_kind")
+            akt = np.swapaxes(np.abs(ak, out=ak), -1, -2)
+            e_s = mag_mm(np.abs(aq, out=aq), akt, scratch("es", s.shape, F32))
             e_s *= const(float(gamma(d)) * scale * (1 + g2))
             a = scratch("a", s.shape, F32)
             np.copyto(a, s, casting="same_kind")
@@ -179,10 +202,7 @@ def _forward_bound(call: Call) -> tuple[Any, ...]:
     + g S; sum p rho and the weights of EN's GEMM are float32 (widened by W32, plus the
     underflow floors of :mod:`._attention_bound`).
     """
-    q, k, v = (
-        np.ascontiguousarray(call.arg(i, n), np.float64)  # contiguous: _mm copies nothing
-        for i, n in enumerate(("query", "key", "value"))
-    )
+    q, k, v = (_f64(call, i, n) for i, n in enumerate(("query", "key", "value")))
     causal = bool(call.arg(4, "is_causal", False))
     name = call.out_dtypes[0]
     s, e_s, _, masked, buf, _ = _scores(call, q, k, causal, bound=call.model is None)
@@ -217,7 +237,7 @@ def _forward_bound(call: Call) -> tuple[Any, ...]:
     np.copyto(p32, p, casting="same_kind")
     pr = np.multiply(p32, rho, out=rho)
     g_es, g_en = float(gamma(lk + 2 * blocks)), float(gamma(lk + blocks))
-    av = f32abs(v)
+    av = _abs32(v, "av")
     # underflow (_attention_bound): p rho loses ETA in the cast of p (times rho <= R) and ETA in
     # the product; w loses that times (1 + c), plus ETA in each product and c ETA (cast of p)
     fl = ETA * (r_max + 1)
@@ -319,7 +339,7 @@ def flash_attention_backward(call: Call) -> list[Out | None]:
     dK likewise with q and the q blocks.
     """
     _no_dropout(call)
-    go, q, k, v, out = (np.ascontiguousarray(call.arg(i, n), np.float64) for i, n in
+    go, q, k, v, out = (_f64(call, i, n) for i, n in
                         enumerate(("grad_out", "query", "key", "value", "out")))  # fmt: skip
     lse = np.asarray(call.arg(5, "logsumexp"), np.float64)[..., None]
     causal = bool(call.arg(7, "is_causal", False))
@@ -345,7 +365,7 @@ def flash_attention_backward(call: Call) -> list[Out | None]:
     p, rho = probs(s, lse, e_s, masked, _FEXP if low else _EXP_U10, 3 if low else 1, buf)
     p32 = e_s  # e_s is dead: its buffer takes p as float32
     np.copyto(p32, p, casting="same_kind")
-    agt, av = f32abs(go), f32abs(v)
+    agt, av = _abs32(go, "agt"), _abs32(v, "av")
     aq, ak = absqk[0], np.swapaxes(absqk[1], -1, -2)  # |q|, |k| (contiguous) from _scores
     dv = _mm(np.swapaxes(p, -1, -2), go, "dv")  # a center: fresh
     # e_dv = E + g M, then + g' (M + e_dv), E = sum (p rho1 + tiny)|dO|, M = sum (p (1 + rho1) +
@@ -366,7 +386,7 @@ def flash_attention_backward(call: Call) -> list[Out | None]:
     add = (W32 * fl_v + (lq + 4) * _UFL + tiny) * _SLACK  # tiny: a flushed subnormal
     e_dv = finish(mag_mm(np.swapaxes(w, -1, -2), agt), W32 * _SLACK, add)
     dp = _mm(go, np.swapaxes(v, -1, -2), "dp", out=True)
-    gout = go * out
+    gout = np.multiply(go, out, out=scratch("gout", go.shape, go.dtype))
     dd = gout.sum(-1, keepdims=True)
     diff = np.subtract(dp, dd, out=dp)
     ad = scratch("ad", diff.shape, F32)
@@ -379,7 +399,9 @@ def flash_attention_backward(call: Call) -> list[Out | None]:
     g2 = float(gamma(2))
     a1, a0, a2 = (1 + 2 * g2) * (1 + u_low), g2 * (1 + u_low) + u_low, (1 + g2) * (1 + u_low)
     e_d = gamma(d + 1) * np.abs(gout, out=gout).sum(-1, keepdims=True)
-    ee = mag_mm(agt, np.ascontiguousarray(np.swapaxes(av, -1, -2)), scratch("ee", ad.shape, F32))
+    avt = scratch("avt", av.shape[:-2] + av.shape[:-3:-1], F32)
+    np.copyto(avt, np.swapaxes(av, -1, -2))  # contiguous (a transposed view: another GEMM)
+    ee = mag_mm(agt, avt, scratch("ee", ad.shape, F32))
     ee *= const(float(gamma(d)) * a2)
     ee += (e_d * a2 * (1 + 2.0**-22)).astype(F32)  # rounded up (the cast and its product)
     np.abs(ad, out=ad)
