@@ -20,6 +20,7 @@ from fpemu.validate.ops._attention_bound import (  # noqa: E402
     expm1_up,
     finish,
     rowmax,
+    unmasked,
 )
 from fpemu.validate.ops._num import fmt as _fmt  # noqa: E402
 from fpemu.validate.ops._num import ulp  # noqa: E402
@@ -285,6 +286,36 @@ def test_numpy_exp_lanes_do_not_depend_on_masked_neighbours() -> None:
         ea, eb = np.exp(a), np.exp(b)
         assert (ea[~m].view(np.uint64) == eb[~m].view(np.uint64)).all()
         assert (ea[m] == 0).all()
+
+
+def test_numpy_exp_on_the_unmasked_keys_gives_the_plain_exp_bits() -> None:
+    """What probs relies on (exp with ``where``: the unmasked runs only): each computed element
+    has the bits of the plain exp, at every run length and alignment, underflow, subnormal,
+    overflow, inf and NaN included, and the others keep theirs; also on the causal pattern of
+    attention-shaped arrays, whose ``unmasked`` is the cached complement of the pattern."""
+    rng = np.random.default_rng(11)
+    with np.errstate(over="ignore", invalid="ignore"):
+        for _ in range(300):
+            n = int(rng.integers(1, 3000))
+            x = rng.standard_normal(n) * 10.0 ** rng.uniform(-3, 3.2, n)
+            x[rng.random(n) < 0.01] = rng.choice([np.nan, np.inf, -np.inf])
+            keep = rng.random(n) < rng.random()
+            off = int(rng.integers(0, 8))
+            a = np.empty(n + 8)[off : off + n]
+            a[:] = x
+            np.exp(a, out=a, where=keep)
+            assert (a[keep].view(np.uint64) == np.exp(x)[keep].view(np.uint64)).all()
+            assert (a[~keep].view(np.uint64) == x[~keep].view(np.uint64)).all()
+        for lq, lk in ((64, 64), (37, 37), (9, 40), (40, 9)):
+            x = -np.abs(rng.standard_normal((2, 3, lq, lk))) * 10.0 ** rng.uniform(-3, 3, lk)
+            keep = unmasked(causal_keys(lq, lk))
+            assert keep is unmasked(causal_keys(lq, lk)) and (keep == ~causal_keys(lq, lk)).all()
+            a = np.where(keep, x, 0.0)
+            np.exp(a, out=a, where=keep)
+            want = np.where(keep, np.exp(x), 0.0)
+            assert (a.view(np.uint64) == want.view(np.uint64)).all()
+    m = rng.random((2, 5, 5)) < 0.5
+    assert (unmasked(m) == ~m).all()
 
 
 def test_unmasked_add_on_the_causal_pattern_equals_the_masked_add() -> None:

@@ -74,6 +74,7 @@ __all__ = [
     "mag_mm",
     "nan_to_inf",
     "probs",
+    "unmasked",
     "widen",
 ]
 
@@ -110,6 +111,21 @@ def _on_keys(lq: int, lk: int, c: float) -> np.ndarray:
     t = np.where(causal_keys(lq, lk), F32(0.0), const(c)).astype(F32)
     t.flags.writeable = False
     return t
+
+
+@functools.lru_cache(maxsize=16)
+def _causal_kept(lq: int, lk: int) -> np.ndarray:
+    t = ~causal_keys(lq, lk)
+    t.flags.writeable = False
+    return t
+
+
+def unmasked(masked: np.ndarray) -> np.ndarray:
+    """``~masked``; for the causal pattern alone (``masked`` is :func:`causal_keys`'s array) a
+    cached array."""
+    if masked.ndim == 2 and masked is causal_keys(*masked.shape):
+        return _causal_kept(*masked.shape)
+    return ~masked
 
 
 def add_unmasked(a: np.ndarray, c: float, masked: np.ndarray) -> None:
@@ -259,9 +275,13 @@ def probs(s: np.ndarray, shift: np.ndarray, e_s: np.ndarray, masked: np.ndarray,
             np.copyto(t, 0.0, where=masked)
         reach = scratch("reach", t.shape, F32) if buf is None else buf
         np.copyto(reach, t, casting="same_kind")
-        p = np.exp(t, out=t)  # exp(-inf) = 0 for masked keys
         if zero:
-            np.copyto(p, 0.0, where=masked)
+            # exp on the unmasked keys only: the masked ones keep their +0 as p (what exp(-inf)
+            # gives); half the work on the causal pattern, and no pass to zero p. numpy's exp
+            # gives a lane the same bits in a run of any length at any alignment (tested)
+            p = np.exp(t, out=t, where=unmasked(masked))
+        else:
+            p = np.exp(t, out=t)  # exp(-inf) = 0 for masked keys
     np.abs(reach, out=reach)
     if not zero:
         np.copyto(reach, F32(0.0), where=masked)
