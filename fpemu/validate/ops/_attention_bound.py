@@ -92,7 +92,16 @@ F32 = np.float32
 
 
 def const(c: float) -> np.float32:
-    """A positive constant as float32 rounded up (so it never undercuts the float64 one)."""
+    """A positive constant as float32 rounded up (so it never undercuts the float64 one);
+    cached per value (most are per-shape constants; zero and NaN, whose keys would mix signs
+    or never match, are computed each time)."""
+    if c != 0 and c == c:
+        return _const(c)
+    return _const.__wrapped__(c)
+
+
+@functools.lru_cache(maxsize=256)
+def _const(c: float) -> np.float32:
     r = np.float32(c)
     return r if float(r) >= c else np.nextafter(r, np.float32(np.inf))
 
@@ -146,7 +155,7 @@ def scratch(slot: str, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
     pool: dict[Any, np.ndarray] | None = getattr(_POOL, "arrays", None)
     if pool is None:
         pool = _POOL.arrays = {}
-    key = (slot, tuple(shape), np.dtype(dtype).str)
+    key = (slot, shape, dtype)  # dtype as the call site gives it (a type or a dtype)
     a = pool.get(key)
     if a is None:
         a = np.empty(shape, dtype)

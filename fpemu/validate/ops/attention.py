@@ -42,6 +42,7 @@ the judge reads nearly all of them).
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -107,6 +108,12 @@ def _mm(a: np.ndarray, b: np.ndarray, slot: str = "", out: bool = False) -> np.n
     return np.asarray(np.matmul(ops[0], ops[1], out=o))
 
 
+@functools.lru_cache(maxsize=64)
+def _gamma(k: int, u: float = U32) -> float:
+    """:func:`._fma.gamma` as a float, cached (its value for each count is fixed)."""
+    return float(gamma(k, u))
+
+
 def _f64(call: Call, i: int, name: str) -> np.ndarray:
     """Argument ``i`` (``name``) as a contiguous float64 array (exact: the inputs are float32 or
     narrower), so that :func:`_mm` copies nothing; on the watch path in a scratch array (no
@@ -146,7 +153,7 @@ def _scores(call: Call, q: np.ndarray, k: np.ndarray, causal: bool, *,
     s = _mm(q, np.swapaxes(k, -1, -2), "s" if bound else "", out=bound)
     mask = call.kwargs.get("attn_mask")
     e_s = None
-    g2 = float(gamma(2))
+    g2 = _gamma(2)
     with np.errstate(invalid="ignore", over="ignore"):
         s *= scale
         if bound:
@@ -157,7 +164,7 @@ def _scores(call: Call, q: np.ndarray, k: np.ndarray, causal: bool, *,
             np.copyto(ak, k, casting="same_kind")
             akt = np.swapaxes(np.abs(ak, out=ak), -1, -2)
             e_s = mag_mm(np.abs(aq, out=aq), akt, scratch("es", s.shape, F32))
-            e_s *= const(float(gamma(d)) * scale * (1 + g2))
+            e_s *= const(_gamma(d) * scale * (1 + g2))
             a = scratch("a", s.shape, F32)
             np.copyto(a, s, casting="same_kind")
             np.abs(a, out=a)
@@ -236,7 +243,7 @@ def _forward_bound(call: Call) -> tuple[Any, ...]:
     p32 = e_s  # e_s is dead: its buffer takes p as float32 (its shape is s's)
     np.copyto(p32, p, casting="same_kind")
     pr = np.multiply(p32, rho, out=rho)
-    g_es, g_en = float(gamma(lk + 2 * blocks)), float(gamma(lk + blocks))
+    g_es, g_en = _gamma(lk + 2 * blocks), _gamma(lk + blocks)
     av = _abs32(v, "av")
     # underflow (_attention_bound): p rho loses ETA in the cast of p (times rho <= R) and ETA in
     # the product; w loses that times (1 + c), plus ETA in each product and c ETA (cast of p)
@@ -265,7 +272,7 @@ def _forward_bound(call: Call) -> tuple[Any, ...]:
         # _SLACK / (S - es)
         den = S - es
         bad = ~(den > 0)  # NaN (float32 inf * 0) included
-        g2 = float(gamma(2))
+        g2 = _gamma(2)
         kr = (1 + g2) * _SLACK / np.where(bad, 1.0, den)
         e_o = en
         e_o *= kr
@@ -371,7 +378,7 @@ def flash_attention_backward(call: Call) -> list[Out | None]:
     # e_dv = E + g M, then + g' (M + e_dv), E = sum (p rho1 + tiny)|dO|, M = sum (p (1 + rho1) +
     # tiny)|dO|, rho1 = (1 + rho)(1 + u_low) - 1: one GEMM of (c1 + c2)(p rho1 + tiny) + c2 p
     # = p (a rho + b) + (c1 + c2) tiny; likewise dQ, dK
-    g, g_ = float(gamma(lq + 2)), float(gamma(bq, u_low)) if u_low else 0.0
+    g, g_ = _gamma(lq + 2), _gamma(bq, u_low) if u_low else 0.0
     c1, c2 = 1 + g_, g * (1 + g_) + g_
     w = np.multiply(rho, const((c1 + c2) * (1 + u_low)), out=scratch("w", rho.shape, F32))
     w += const((c1 + c2) * u_low + c2)
@@ -396,13 +403,13 @@ def flash_attention_backward(call: Call) -> list[Out | None]:
     # (1 + u_low) e_ds + u_low |dS| (+ tiny + 4 half-subnormals) with |dS| = p |dP - D|:
     # p (|dP - D| (rho a1 + a0) + (1 + rho) a2 (e_dp + e_d)), a1 = (1 + 2 g2)(1 + u_low),
     # a0 = g2 (1 + u_low) + u_low, a2 = (1 + g2)(1 + u_low)
-    g2 = float(gamma(2))
+    g2 = _gamma(2)
     a1, a0, a2 = (1 + 2 * g2) * (1 + u_low), g2 * (1 + u_low) + u_low, (1 + g2) * (1 + u_low)
-    e_d = gamma(d + 1) * np.abs(gout, out=gout).sum(-1, keepdims=True)
+    e_d = _gamma(d + 1) * np.abs(gout, out=gout).sum(-1, keepdims=True)
     avt = scratch("avt", av.shape[:-2] + av.shape[:-3:-1], F32)
     np.copyto(avt, np.swapaxes(av, -1, -2))  # contiguous (a transposed view: another GEMM)
     ee = mag_mm(agt, avt, scratch("ee", ad.shape, F32))
-    ee *= const(float(gamma(d)) * a2)
+    ee *= const(_gamma(d) * a2)
     ee += (e_d * a2 * (1 + 2.0**-22)).astype(F32)  # rounded up (the cast and its product)
     np.abs(ad, out=ad)
     e_ds = np.multiply(rho, const(a1), out=w)  # w is consumed (its GEMM is done)
@@ -426,7 +433,7 @@ def flash_attention_backward(call: Call) -> list[Out | None]:
     out_e = []
     # e_dq = scale (E + g M) then + g' (M + e_dq), E = sum e_ds |k|, M = sum (|dS| + e_ds)|k|
     for n_sum, n_blk, ab, tr in ((lk, bk, ak, False), (lq, bq, aq, True)):
-        gs, gs_ = float(gamma(n_sum + 3)), float(gamma(n_blk, u_low)) if u_low else 0.0
+        gs, gs_ = _gamma(n_sum + 3), _gamma(n_blk, u_low) if u_low else 0.0
         cs1, cs2 = 1 + gs_, gs * (1 + gs_) + gs_
         # weights in dead buffers: rho (then e_ds itself), ad as the scratch
         wt = np.multiply(e_ds, const(cs1 + cs2), out=e_ds if tr else rho)
