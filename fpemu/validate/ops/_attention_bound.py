@@ -260,8 +260,8 @@ def widen(c: Any) -> np.ndarray:
 
 
 def probs(s: np.ndarray, shift: np.ndarray, e_s: np.ndarray, masked: np.ndarray,
-           exp_err: float, arg_roundings: int = 1,
-           buf: np.ndarray | None = None) -> tuple[Any, ...]:  # fmt: skip
+           exp_err: float, arg_roundings: int = 1, buf: np.ndarray | None = None,
+           e_max: float | None = None) -> tuple[Any, ...]:  # fmt: skip
     """p = exp(s - shift) (float64) and rho (float32), the relative error of the kernel's p
     against it: the error of s (e_s, its row max for the shift), the rounding of s - shift
     (u |s - shift|), the exp's own error: rho = expm1((1 + r) u reach + e_s)(1 + err) + err
@@ -270,7 +270,8 @@ def probs(s: np.ndarray, shift: np.ndarray, e_s: np.ndarray, masked: np.ndarray,
     of the argument (relative u each) the exp itself adds (fexp_u20: 3). Masked keys get p = 0
     (their rho is finite, and every use of rho is multiplied by p); ``s`` holds -inf there, or,
     with a finite ``shift``, anything. ``s`` is consumed (its buffer becomes p: fewer fresh
-    pages); ``buf``: a float32 scratch of s's shape, or None."""
+    pages); ``buf``: a float32 scratch of s's shape, or None; ``e_max``: ``e_s.max()`` where
+    the caller has it (else found here)."""
     # With a finite shift, masked keys get the argument 0 and then p = 0 (exp(-inf) = +0
     # exactly): numpy's float64 exp (SVML) takes a slow per-lane path for arguments below
     # ~-708 (3x the whole pass here), and its other lanes' results do not depend on them (the
@@ -298,7 +299,7 @@ def probs(s: np.ndarray, shift: np.ndarray, e_s: np.ndarray, masked: np.ndarray,
     # max e_s of the row; the whole array's instead where that moves rho by < 2^-20 relative
     # (rho >= err): one pass fewer
     c = (1 + arg_roundings) * U32
-    e_g = float(e_s.max()) if e_s.size else 0.0
+    e_g = e_max if e_max is not None else float(e_s.max()) if e_s.size else 0.0
     reach += const(e_g) if c * e_g <= 2.0**-20 * exp_err else rowmax(e_s)
     # the true reach is at most W32 reach (plus < 2^-140): compare with the threshold lowered
     thr = F32((_LN_FLT_MIN - 1.0) / W32 * 0.999)

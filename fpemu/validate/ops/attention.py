@@ -227,9 +227,10 @@ def _forward_bound(call: Call) -> tuple[Any, ...]:
             lse = np.where(empty, 0.0, m + np.log(np.where(empty, 1.0, S)))
         return o, np.inf, lse[..., 0], np.inf
     low = name != "float32"
-    emax = float(e_s.max()) * W32 + 2.0**-140 if e_s.size else 0.0
+    e_g = float(e_s.max()) if e_s.size else 0.0
+    emax = e_g * W32 + 2.0**-140 if e_s.size else 0.0
     span = m - np.min(np.where(finite, s, m), axis=-1, keepdims=True) if blocks > 1 else m
-    p, rho = probs(s, m, e_s, masked, _FEXP if low else _EXP_U20, 3 if low else 1, buf)
+    p, rho = probs(s, m, e_s, masked, _FEXP if low else _EXP_U20, 3 if low else 1, buf, e_g)
     if blocks > 1:
         r_blk = (1 + 2.0**-23) * (1 + U32) ** 2 * np.exp(U32 * (span + 2 * emax))
         # rho' = (1 + rho) r - 1 = rho r + (r - 1); r and r - 1 rounded up as float32
@@ -432,12 +433,16 @@ def flash_attention_backward(call: Call) -> list[Out | None]:
     fl_ds = ETA * (a_max + 1)
     out_e = []
     # e_dq = scale (E + g M) then + g' (M + e_dq), E = sum e_ds |k|, M = sum (|dS| + e_ds)|k|
+    cs_prev = None
     for n_sum, n_blk, ab, tr in ((lk, bk, ak, False), (lq, bq, aq, True)):
         gs, gs_ = _gamma(n_sum + 3), _gamma(n_blk, u_low) if u_low else 0.0
         cs1, cs2 = 1 + gs_, gs * (1 + gs_) + gs_
-        # weights in dead buffers: rho (then e_ds itself), ad as the scratch
-        wt = np.multiply(e_ds, const(cs1 + cs2), out=e_ds if tr else rho)
-        wt += np.multiply(p32, const(cs2), out=ad)
+        # weights in dead buffers: rho (then e_ds itself), ad as the scratch; the dK weights
+        # are the dQ ones where their constants are (float32 with lq = lk): kept, not redone
+        if (cs1, cs2) != cs_prev:
+            wt = np.multiply(e_ds, const(cs1 + cs2), out=e_ds if tr else rho)
+            wt += np.multiply(p32, const(cs2), out=ad)
+        cs_prev = (cs1, cs2)
         mm = mag_mm(np.swapaxes(wt, -1, -2) if tr else wt, ab)
         fl = (fl_s * (cs1 + cs2) + fl_ds * cs2 + 2 * ETA) * colsum(ab) + n_sum * ETA
         add = (scale * W32 * fl + (n_sum + 4) * _UFL + tiny) * _SLACK
