@@ -130,7 +130,8 @@ def _abs32(x: np.ndarray, slot: str) -> np.ndarray:
     """|x| as float32 (exact: x holds float32 values) in a contiguous scratch array."""
     a = scratch(slot, x.shape, F32)
     np.copyto(a, x, casting="same_kind")
-    return np.abs(a, out=a)
+    np.abs(a, out=a)
+    return a
 
 
 def _q_block(lq: int) -> int:
