@@ -58,7 +58,7 @@ from typing import Any
 
 import numpy as np
 
-from fpemu.validate.ops._fma import U32, grow
+from fpemu.validate.ops._fma import U32, gamma, grow
 
 __all__ = [
     "ETA",
@@ -70,7 +70,9 @@ __all__ = [
     "const",
     "expm1_up",
     "f32abs",
+    "f64",
     "finish",
+    "gamma_f",
     "mag_mm",
     "nan_to_inf",
     "probs",
@@ -248,10 +250,31 @@ def colsum(a: np.ndarray) -> np.ndarray:
     return np.asarray(a.sum(axis=-2, keepdims=True, dtype=np.float64))
 
 
-def f32abs(x: np.ndarray) -> np.ndarray:
-    """|x| as float32 (x's values are float32 or narrower: exact)."""
-    a = x.astype(F32)
-    return np.abs(a, out=a)
+def f64(x: Any, slot: str = "") -> np.ndarray:
+    """``x`` as a contiguous float64 array (exact), so that GEMMs copy nothing; with ``slot``
+    (the watch path: an input, never returned) in a scratch array, fresh pages being dearer
+    than the copy inside a watched step (``benchmarks/bench_attention_step.py``)."""
+    x = np.asarray(x)
+    if not slot:
+        return np.ascontiguousarray(x, np.float64)
+    buf = scratch("in_" + slot, x.shape, np.float64)
+    np.copyto(buf, x, casting="same_kind")
+    return buf
+
+
+def f32abs(x: np.ndarray, slot: str) -> np.ndarray:
+    """|x| as float32 (x's values are float32 or narrower: exact), contiguous, in the scratch
+    array ``slot``."""
+    a = scratch(slot, x.shape, F32)
+    np.copyto(a, x, casting="same_kind")
+    np.abs(a, out=a)
+    return a
+
+
+@functools.lru_cache(maxsize=64)
+def gamma_f(k: int, u: float = U32) -> float:
+    """:func:`._fma.gamma` as a float, cached (its value for each count is fixed)."""
+    return float(gamma(k, u))
 
 
 def widen(c: Any) -> np.ndarray:

@@ -23,12 +23,15 @@ centers alone): widened by W32 <= 1 + 2^-16.4 plus float32 underflow floors, der
 :mod:`._attention_bound`.
 
 Cost (watch; measured on the bench GPT's calls, benchmarks/bench_attention_ops.py): the centers
-are rounded by :func:`._num.to`'s fast float64 path; masked keys never reach float64 exp as -inf
-(its slow per-lane path, :func:`._attention_bound.probs`). Kept as they are, measured: the
+are rounded by :func:`._num.to`'s fast float64 path; with a finite shift, float64 exp runs on the
+unmasked keys only (as -inf, masked ones would take its slow per-lane path: probs); inputs and
+temporaries live in scratch arrays (inside a watched step fresh ones may fault: up to ~300 minor
+faults a backward call: benchmarks/bench_attention_step.py). Kept as they are, measured: the
 float64 GEMMs' transposed operands are copied (a transposed view gives BLAS another routine
 whose bits differ, 0.4% of elements over random shapes); every bound is computed whole, not
 lazily (98-100% of the bench calls' rows hold an element whose bits differ from the value, so
-the judge reads nearly all of them).
+the judge reads nearly all of them); the e_s GEMM keeps its transposed |k| view (float32 BLAS
+is ~3x slower there than on a contiguous copy, whose bits are not proved the same).
 
 >>> import numpy as np
 >>> from fpemu.validate.ops import Call, lookup
@@ -42,7 +45,6 @@ the judge reads nearly all of them).
 
 from __future__ import annotations
 
-import functools
 import math
 from typing import Any
 
@@ -57,7 +59,10 @@ from fpemu.validate.ops._attention_bound import (
     causal_keys,
     colsum,
     const,
+    f32abs,
+    f64,
     finish,
+    gamma_f,
     mag_mm,
     nan_to_inf,
     probs,
@@ -65,7 +70,7 @@ from fpemu.validate.ops._attention_bound import (
     scratch,
     widen,
 )
-from fpemu.validate.ops._fma import U32, gamma
+from fpemu.validate.ops._fma import U32
 from fpemu.validate.ops._num import to
 
 __all__ = ["flash_attention", "flash_attention_backward"]
@@ -108,32 +113,6 @@ def _mm(a: np.ndarray, b: np.ndarray, slot: str = "", out: bool = False) -> np.n
     return np.asarray(np.matmul(ops[0], ops[1], out=o))
 
 
-@functools.lru_cache(maxsize=64)
-def _gamma(k: int, u: float = U32) -> float:
-    """:func:`._fma.gamma` as a float, cached (its value for each count is fixed)."""
-    return float(gamma(k, u))
-
-
-def _f64(call: Call, i: int, name: str) -> np.ndarray:
-    """Argument ``i`` (``name``) as a contiguous float64 array (exact: the inputs are float32 or
-    narrower), so that :func:`_mm` copies nothing; on the watch path in a scratch array (no
-    input is returned, and each argument has its own slot)."""
-    x = np.asarray(call.arg(i, name))
-    if call.model is not None:
-        return np.ascontiguousarray(x, np.float64)
-    buf = scratch("in_" + name, x.shape, np.float64)
-    np.copyto(buf, x, casting="same_kind")
-    return buf
-
-
-def _abs32(x: np.ndarray, slot: str) -> np.ndarray:
-    """|x| as float32 (exact: x holds float32 values) in a contiguous scratch array."""
-    a = scratch(slot, x.shape, F32)
-    np.copyto(a, x, casting="same_kind")
-    np.abs(a, out=a)
-    return a
-
-
 def _q_block(lq: int) -> int:
     return 256 if lq >= 768 else 64 if lq >= 192 else 32
 
@@ -154,7 +133,7 @@ def _scores(call: Call, q: np.ndarray, k: np.ndarray, causal: bool, *,
     s = _mm(q, np.swapaxes(k, -1, -2), "s" if bound else "", out=bound)
     mask = call.kwargs.get("attn_mask")
     e_s = None
-    g2 = _gamma(2)
+    g2 = gamma_f(2)
     with np.errstate(invalid="ignore", over="ignore"):
         s *= scale
         if bound:
@@ -165,7 +144,7 @@ def _scores(call: Call, q: np.ndarray, k: np.ndarray, causal: bool, *,
             np.copyto(ak, k, casting="same_kind")
             akt = np.swapaxes(np.abs(ak, out=ak), -1, -2)
             e_s = mag_mm(np.abs(aq, out=aq), akt, scratch("es", s.shape, F32))
-            e_s *= const(_gamma(d) * scale * (1 + g2))
+            e_s *= const(gamma_f(d) * scale * (1 + g2))
             a = scratch("a", s.shape, F32)
             np.copyto(a, s, casting="same_kind")
             np.abs(a, out=a)
@@ -210,7 +189,10 @@ def _forward_bound(call: Call) -> tuple[Any, ...]:
     + g S; sum p rho and the weights of EN's GEMM are float32 (widened by W32, plus the
     underflow floors of :mod:`._attention_bound`).
     """
-    q, k, v = (_f64(call, i, n) for i, n in enumerate(("query", "key", "value")))
+    watch = call.model is None  # the copies in scratch arrays
+    q, k, v = (
+        f64(call.arg(i, n), n if watch else "") for i, n in enumerate(("query", "key", "value"))
+    )
     causal = bool(call.arg(4, "is_causal", False))
     name = call.out_dtypes[0]
     s, e_s, _, masked, buf, _ = _scores(call, q, k, causal, bound=call.model is None)
@@ -245,8 +227,8 @@ def _forward_bound(call: Call) -> tuple[Any, ...]:
     p32 = e_s  # e_s is dead: its buffer takes p as float32 (its shape is s's)
     np.copyto(p32, p, casting="same_kind")
     pr = np.multiply(p32, rho, out=rho)
-    g_es, g_en = _gamma(lk + 2 * blocks), _gamma(lk + blocks)
-    av = _abs32(v, "av")
+    g_es, g_en = gamma_f(lk + 2 * blocks), gamma_f(lk + blocks)
+    av = f32abs(v, "av")
     # underflow (_attention_bound): p rho loses ETA in the cast of p (times rho <= R) and ETA in
     # the product; w loses that times (1 + c), plus ETA in each product and c ETA (cast of p)
     fl = ETA * (r_max + 1)
@@ -274,7 +256,7 @@ def _forward_bound(call: Call) -> tuple[Any, ...]:
         # _SLACK / (S - es)
         den = S - es
         bad = ~(den > 0)  # NaN (float32 inf * 0) included
-        g2 = _gamma(2)
+        g2 = gamma_f(2)
         kr = (1 + g2) * _SLACK / np.where(bad, 1.0, den)
         e_o = en
         e_o *= kr
@@ -348,7 +330,7 @@ def flash_attention_backward(call: Call) -> list[Out | None]:
     dK likewise with q and the q blocks.
     """
     _no_dropout(call)
-    go, q, k, v, out = (_f64(call, i, n) for i, n in
+    go, q, k, v, out = (f64(call.arg(i, n), "" if call.model is not None else n) for i, n in
                         enumerate(("grad_out", "query", "key", "value", "out")))  # fmt: skip
     lse = np.asarray(call.arg(5, "logsumexp"), np.float64)[..., None]
     causal = bool(call.arg(7, "is_causal", False))
@@ -374,13 +356,13 @@ def flash_attention_backward(call: Call) -> list[Out | None]:
     p, rho = probs(s, lse, e_s, masked, _FEXP if low else _EXP_U10, 3 if low else 1, buf)
     p32 = e_s  # e_s is dead: its buffer takes p as float32
     np.copyto(p32, p, casting="same_kind")
-    agt, av = _abs32(go, "agt"), _abs32(v, "av")
+    agt, av = f32abs(go, "agt"), f32abs(v, "av")
     aq, ak = absqk[0], np.swapaxes(absqk[1], -1, -2)  # |q|, |k| (contiguous) from _scores
     dv = _mm(np.swapaxes(p, -1, -2), go, "dv")  # a center: fresh
     # e_dv = E + g M, then + g' (M + e_dv), E = sum (p rho1 + tiny)|dO|, M = sum (p (1 + rho1) +
     # tiny)|dO|, rho1 = (1 + rho)(1 + u_low) - 1: one GEMM of (c1 + c2)(p rho1 + tiny) + c2 p
     # = p (a rho + b) + (c1 + c2) tiny; likewise dQ, dK
-    g, g_ = _gamma(lq + 2), _gamma(bq, u_low) if u_low else 0.0
+    g, g_ = gamma_f(lq + 2), gamma_f(bq, u_low) if u_low else 0.0
     c1, c2 = 1 + g_, g * (1 + g_) + g_
     w = np.multiply(rho, const((c1 + c2) * (1 + u_low)), out=scratch("w", rho.shape, F32))
     w += const((c1 + c2) * u_low + c2)
@@ -405,13 +387,13 @@ def flash_attention_backward(call: Call) -> list[Out | None]:
     # (1 + u_low) e_ds + u_low |dS| (+ tiny + 4 half-subnormals) with |dS| = p |dP - D|:
     # p (|dP - D| (rho a1 + a0) + (1 + rho) a2 (e_dp + e_d)), a1 = (1 + 2 g2)(1 + u_low),
     # a0 = g2 (1 + u_low) + u_low, a2 = (1 + g2)(1 + u_low)
-    g2 = _gamma(2)
+    g2 = gamma_f(2)
     a1, a0, a2 = (1 + 2 * g2) * (1 + u_low), g2 * (1 + u_low) + u_low, (1 + g2) * (1 + u_low)
-    e_d = _gamma(d + 1) * np.abs(gout, out=gout).sum(-1, keepdims=True)
+    e_d = gamma_f(d + 1) * np.abs(gout, out=gout).sum(-1, keepdims=True)
     avt = scratch("avt", av.shape[:-2] + av.shape[:-3:-1], F32)
     np.copyto(avt, np.swapaxes(av, -1, -2))  # contiguous (a transposed view: another GEMM)
     ee = mag_mm(agt, avt, scratch("ee", ad.shape, F32))
-    ee *= const(_gamma(d) * a2)
+    ee *= const(gamma_f(d) * a2)
     ee += (e_d * a2 * (1 + 2.0**-22)).astype(F32)  # rounded up (the cast and its product)
     np.abs(ad, out=ad)
     e_ds = np.multiply(rho, const(a1), out=w)  # w is consumed (its GEMM is done)
@@ -436,7 +418,7 @@ def flash_attention_backward(call: Call) -> list[Out | None]:
     # e_dq = scale (E + g M) then + g' (M + e_dq), E = sum e_ds |k|, M = sum (|dS| + e_ds)|k|
     cs_prev = None
     for n_sum, n_blk, ab, tr in ((lk, bk, ak, False), (lq, bq, aq, True)):
-        gs, gs_ = _gamma(n_sum + 3), _gamma(n_blk, u_low) if u_low else 0.0
+        gs, gs_ = gamma_f(n_sum + 3), gamma_f(n_blk, u_low) if u_low else 0.0
         cs1, cs2 = 1 + gs_, gs * (1 + gs_) + gs_
         # weights in dead buffers: rho (then e_ds itself), ad as the scratch; the dK weights
         # are the dQ ones where their constants are (float32 with lq = lk): kept, not redone
