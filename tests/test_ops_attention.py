@@ -374,3 +374,28 @@ def test_scores_take_the_causal_pattern_only_for_finite_inputs() -> None:
                 assert (masked >= causal_keys(6, 6)).all()
                 if fill:
                     assert np.isneginf(s[masked]).all()
+
+
+def test_scores_zero_the_causal_keys_of_e_s_by_their_factors_as_by_the_masked_copy() -> None:
+    """On the causal pattern alone, _scores zeroes e_s at the masked keys through its factors
+    (cached arrays with 0 there): its bits equal those of the masked copy that a zero mask
+    takes (scalar factors, then the masked keys set to +0), for ordinary inputs and for
+    inputs whose |q||k| sums or float32 scores overflow (inf times 0 is NaN: zeroed after),
+    with a negative scale too; every masked key is +0."""
+    rng = np.random.default_rng(12)
+    for mag, scale in ((1.0, None), (3.0, -0.7), (1e18, None), (1e30, None), (1e-30, 2.0)):
+        q = rng.standard_normal((2, 3, 7, 5)).astype(np.float32) * np.float32(mag)
+        k = rng.standard_normal((2, 3, 7, 5)).astype(np.float32) * np.float32(mag)
+        q64, k64 = q.astype(np.float64), k.astype(np.float64)
+        kw = {} if scale is None else {"scale": scale}
+        got = []
+        for extra in ({}, {"attn_mask": np.zeros((7, 7), np.float32)}):
+            call = Call(str(FWD), (q, k, k, 0.0, True), {**kw, **extra}, ("float32", "float32"))
+            with np.errstate(over="ignore", invalid="ignore"):
+                _, e_s, _, masked, _, _ = _scores(call, q64, k64, True)
+            assert (masked is causal_keys(7, 7)) == (not extra)
+            got.append(e_s.copy())  # a scratch array: the next call overwrites it
+        plain, ref = got
+        tri = np.broadcast_to(causal_keys(7, 7), plain.shape)
+        assert (plain.view(np.uint32) == ref.view(np.uint32)).all(), (mag, scale)
+        assert (plain[tri].view(np.uint32) == 0).all()

@@ -75,6 +75,7 @@ __all__ = [
     "gamma_f",
     "mag_mm",
     "nan_to_inf",
+    "on_keys",
     "probs",
     "unmasked",
     "widen",
@@ -117,7 +118,7 @@ def causal_keys(lq: int, lk: int) -> np.ndarray:
 
 
 @functools.lru_cache(maxsize=16)
-def _on_keys(lq: int, lk: int, c: float) -> np.ndarray:
+def on_keys(lq: int, lk: int, c: float) -> np.ndarray:
     """float32 ``c`` at the causal pattern's unmasked keys and 0 at its masked ones, cached."""
     t = np.where(causal_keys(lq, lk), F32(0.0), const(c)).astype(F32)
     t.flags.writeable = False
@@ -144,7 +145,7 @@ def add_unmasked(a: np.ndarray, c: float, masked: np.ndarray) -> None:
     is the identity). The causal pattern alone (``masked`` is :func:`causal_keys`'s array) adds a
     cached array: a plain broadcast add instead of a masked loop (about half the time)."""
     if masked.ndim == 2 and masked is causal_keys(*masked.shape):
-        a += _on_keys(*masked.shape, c)
+        a += on_keys(*masked.shape, c)
     else:
         np.add(a, const(c), out=a, where=~masked)
 

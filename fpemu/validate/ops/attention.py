@@ -65,6 +65,7 @@ from fpemu.validate.ops._attention_bound import (
     gamma_f,
     mag_mm,
     nan_to_inf,
+    on_keys,
     probs,
     rowmax,
     scratch,
@@ -144,11 +145,24 @@ def _scores(call: Call, q: np.ndarray, k: np.ndarray, causal: bool, *,
             np.copyto(ak, k, casting="same_kind")
             akt = np.swapaxes(np.abs(ak, out=ak), -1, -2)
             e_s = mag_mm(np.abs(aq, out=aq), akt, scratch("es", s.shape, F32))
-            e_s *= const(gamma_f(d) * scale * (1 + g2))
+            # the masked keys: the causal pattern alone (broadcast) where nothing else can
+            # make s -inf (no mask, finite q and k: a float64 s of float32 products does not
+            # overflow; finite exactly if the float32 |q|, |k| have a finite max, as max
+            # propagates inf and NaN)
+            qm, km = float(aq.max(initial=0.0)), float(ak.max(initial=0.0))
+            plain = causal and mask is None and math.isfinite(qm) and math.isfinite(km)
+            # plain: the factors are cached arrays, the constant at the unmasked keys and 0 at
+            # the masked ones (zeroing e_s there in the same passes: a finite x times 0 is +0);
+            # safe: no |q||k| sum and no float32 s can overflow (a finite scale and d max|q|
+            # max|k| max(1, |scale|) < 2^120), else an inf times 0 is NaN: the masked keys
+            # are then zeroed below, as they are where not plain
+            safe = plain and math.isfinite(scale) and d * qm * km * max(1.0, abs(scale)) < 2.0**120
+            c1, c2 = gamma_f(d) * scale * (1 + g2), g2 * (1 + g2)
+            e_s *= on_keys(*s.shape[-2:], c1) if plain else const(c1)
             a = scratch("a", s.shape, F32)
             np.copyto(a, s, casting="same_kind")
             np.abs(a, out=a)
-            a *= const(g2 * (1 + g2))
+            a *= on_keys(*s.shape[-2:], c2) if plain else const(c2)
             e_s += a
         if mask is not None:
             mk = np.asarray(mask, np.float64)
@@ -164,15 +178,11 @@ def _scores(call: Call, q: np.ndarray, k: np.ndarray, causal: bool, *,
         np.copyto(s, -np.inf, where=tri)
     if e_s is None:
         return s, None, scale, None, None, None
-    # the masked keys: the causal pattern alone (broadcast) where nothing else can make s -inf
-    # (no mask, finite q and k: a float64 s of float32 products does not overflow)
-    # (finiteness from the float32 |q|, |k|: their max is inf or NaN exactly if an element is)
-    plain = tri is not None and mask is None and bool(np.isfinite(aq.max(initial=0.0)))
-    plain = plain and bool(np.isfinite(akt.max(initial=0.0)))
     masked = tri if plain else np.isneginf(s)
     if tri is not None and not plain and not fill:
         masked |= tri
-    np.copyto(e_s, F32(0.0), where=masked)
+    if not safe:
+        np.copyto(e_s, F32(0.0), where=masked)
     return s, e_s, scale, masked, a if a.shape == s.shape else None, (aq, akt)
 
 
