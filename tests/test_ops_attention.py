@@ -20,6 +20,7 @@ from fpemu.validate.ops._attention_bound import (  # noqa: E402
     expm1_up,
     finish,
     rowmax,
+    unmasked,
 )
 from fpemu.validate.ops._num import fmt as _fmt  # noqa: E402
 from fpemu.validate.ops._num import ulp  # noqa: E402
@@ -287,6 +288,36 @@ def test_numpy_exp_lanes_do_not_depend_on_masked_neighbours() -> None:
         assert (ea[m] == 0).all()
 
 
+def test_numpy_exp_on_the_unmasked_keys_gives_the_plain_exp_bits() -> None:
+    """What probs relies on (exp with ``where``: the unmasked runs only): each computed element
+    has the bits of the plain exp, at every run length and alignment, underflow, subnormal,
+    overflow, inf and NaN included, and the others keep theirs; also on the causal pattern of
+    attention-shaped arrays, whose ``unmasked`` is the cached complement of the pattern."""
+    rng = np.random.default_rng(11)
+    with np.errstate(over="ignore", invalid="ignore"):
+        for _ in range(300):
+            n = int(rng.integers(1, 3000))
+            x = rng.standard_normal(n) * 10.0 ** rng.uniform(-3, 3.2, n)
+            x[rng.random(n) < 0.01] = rng.choice([np.nan, np.inf, -np.inf])
+            keep = rng.random(n) < rng.random()
+            off = int(rng.integers(0, 8))
+            a = np.empty(n + 8)[off : off + n]
+            a[:] = x
+            np.exp(a, out=a, where=keep)
+            assert (a[keep].view(np.uint64) == np.exp(x)[keep].view(np.uint64)).all()
+            assert (a[~keep].view(np.uint64) == x[~keep].view(np.uint64)).all()
+        for lq, lk in ((64, 64), (37, 37), (9, 40), (40, 9)):
+            x = -np.abs(rng.standard_normal((2, 3, lq, lk))) * 10.0 ** rng.uniform(-3, 3, lk)
+            keep = unmasked(causal_keys(lq, lk))
+            assert keep is unmasked(causal_keys(lq, lk)) and (keep == ~causal_keys(lq, lk)).all()
+            a = np.where(keep, x, 0.0)
+            np.exp(a, out=a, where=keep)
+            want = np.where(keep, np.exp(x), 0.0)
+            assert (a.view(np.uint64) == want.view(np.uint64)).all()
+    m = rng.random((2, 5, 5)) < 0.5
+    assert (unmasked(m) == ~m).all()
+
+
 def test_unmasked_add_on_the_causal_pattern_equals_the_masked_add() -> None:
     """The cached causal add (x + 0 where masked) gives the masked add's bits, on non-negative
     values, inf and NaN; a mask that is not the causal pattern takes the masked add."""
@@ -343,3 +374,28 @@ def test_scores_take_the_causal_pattern_only_for_finite_inputs() -> None:
                 assert (masked >= causal_keys(6, 6)).all()
                 if fill:
                     assert np.isneginf(s[masked]).all()
+
+
+def test_scores_zero_the_causal_keys_of_e_s_by_their_factors_as_by_the_masked_copy() -> None:
+    """On the causal pattern alone, _scores zeroes e_s at the masked keys through its factors
+    (cached arrays with 0 there): its bits equal those of the masked copy that a zero mask
+    takes (scalar factors, then the masked keys set to +0), for ordinary inputs and for
+    inputs whose |q||k| sums or float32 scores overflow (inf times 0 is NaN: zeroed after),
+    with a negative scale too; every masked key is +0."""
+    rng = np.random.default_rng(12)
+    for mag, scale in ((1.0, None), (3.0, -0.7), (1e18, None), (1e30, None), (1e-30, 2.0)):
+        q = rng.standard_normal((2, 3, 7, 5)).astype(np.float32) * np.float32(mag)
+        k = rng.standard_normal((2, 3, 7, 5)).astype(np.float32) * np.float32(mag)
+        q64, k64 = q.astype(np.float64), k.astype(np.float64)
+        kw = {} if scale is None else {"scale": scale}
+        got = []
+        for extra in ({}, {"attn_mask": np.zeros((7, 7), np.float32)}):
+            call = Call(str(FWD), (q, k, k, 0.0, True), {**kw, **extra}, ("float32", "float32"))
+            with np.errstate(over="ignore", invalid="ignore"):
+                _, e_s, _, masked, _, _ = _scores(call, q64, k64, True)
+            assert (masked is causal_keys(7, 7)) == (not extra)
+            got.append(e_s.copy())  # a scratch array: the next call overwrites it
+        plain, ref = got
+        tri = np.broadcast_to(causal_keys(7, 7), plain.shape)
+        assert (plain.view(np.uint32) == ref.view(np.uint32)).all(), (mag, scale)
+        assert (plain[tri].view(np.uint32) == 0).all()

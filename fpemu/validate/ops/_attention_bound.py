@@ -58,7 +58,7 @@ from typing import Any
 
 import numpy as np
 
-from fpemu.validate.ops._fma import U32, grow
+from fpemu.validate.ops._fma import U32, gamma, grow
 
 __all__ = [
     "ETA",
@@ -70,10 +70,14 @@ __all__ = [
     "const",
     "expm1_up",
     "f32abs",
+    "f64",
     "finish",
+    "gamma_f",
     "mag_mm",
     "nan_to_inf",
+    "on_keys",
     "probs",
+    "unmasked",
     "widen",
 ]
 
@@ -91,7 +95,16 @@ F32 = np.float32
 
 
 def const(c: float) -> np.float32:
-    """A positive constant as float32 rounded up (so it never undercuts the float64 one)."""
+    """A positive constant as float32 rounded up (so it never undercuts the float64 one);
+    cached per value (most are per-shape constants; zero and NaN, whose keys would mix signs
+    or never match, are computed each time)."""
+    if c != 0 and c == c:
+        return _const(c)
+    return _const.__wrapped__(c)
+
+
+@functools.lru_cache(maxsize=256)
+def _const(c: float) -> np.float32:
     r = np.float32(c)
     return r if float(r) >= c else np.nextafter(r, np.float32(np.inf))
 
@@ -105,11 +118,26 @@ def causal_keys(lq: int, lk: int) -> np.ndarray:
 
 
 @functools.lru_cache(maxsize=16)
-def _on_keys(lq: int, lk: int, c: float) -> np.ndarray:
+def on_keys(lq: int, lk: int, c: float) -> np.ndarray:
     """float32 ``c`` at the causal pattern's unmasked keys and 0 at its masked ones, cached."""
     t = np.where(causal_keys(lq, lk), F32(0.0), const(c)).astype(F32)
     t.flags.writeable = False
     return t
+
+
+@functools.lru_cache(maxsize=16)
+def _causal_kept(lq: int, lk: int) -> np.ndarray:
+    t = ~causal_keys(lq, lk)
+    t.flags.writeable = False
+    return t
+
+
+def unmasked(masked: np.ndarray) -> np.ndarray:
+    """``~masked``; for the causal pattern alone (``masked`` is :func:`causal_keys`'s array) a
+    cached array."""
+    if masked.ndim == 2 and masked is causal_keys(*masked.shape):
+        return _causal_kept(*masked.shape)
+    return ~masked
 
 
 def add_unmasked(a: np.ndarray, c: float, masked: np.ndarray) -> None:
@@ -117,7 +145,7 @@ def add_unmasked(a: np.ndarray, c: float, masked: np.ndarray) -> None:
     is the identity). The causal pattern alone (``masked`` is :func:`causal_keys`'s array) adds a
     cached array: a plain broadcast add instead of a masked loop (about half the time)."""
     if masked.ndim == 2 and masked is causal_keys(*masked.shape):
-        a += _on_keys(*masked.shape, c)
+        a += on_keys(*masked.shape, c)
     else:
         np.add(a, const(c), out=a, where=~masked)
 
@@ -130,7 +158,7 @@ def scratch(slot: str, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
     pool: dict[Any, np.ndarray] | None = getattr(_POOL, "arrays", None)
     if pool is None:
         pool = _POOL.arrays = {}
-    key = (slot, tuple(shape), np.dtype(dtype).str)
+    key = (slot, shape, dtype)  # dtype as the call site gives it (a type or a dtype)
     a = pool.get(key)
     if a is None:
         a = np.empty(shape, dtype)
@@ -203,7 +231,8 @@ def finish(c: np.ndarray, factor: float, add: float) -> np.ndarray:
     """A float32-computed GEMM of bound weights as the float64 bound ``c factor + add``
     (``factor`` includes W32), NaN made infinite; float64 roundings of the constants here
     (2^-53 relative each) are far inside the callers' 2^-20 widening."""
-    e = np.asarray(np.multiply(c, factor, dtype=np.float64))
+    e = np.array(c, np.float64)
+    e *= factor  # (the float64 product of the exact cast, as multiply(c, factor) in float64)
     e += add
     # c, add >= 0 (or NaN, inf): with 0 < factor < inf an element of e is NaN only where c or
     # add is (a NaN c found by its max: max propagates NaN); else the sum of e tells
@@ -222,10 +251,31 @@ def colsum(a: np.ndarray) -> np.ndarray:
     return np.asarray(a.sum(axis=-2, keepdims=True, dtype=np.float64))
 
 
-def f32abs(x: np.ndarray) -> np.ndarray:
-    """|x| as float32 (x's values are float32 or narrower: exact)."""
-    a = x.astype(F32)
-    return np.abs(a, out=a)
+def f64(x: Any, slot: str = "") -> np.ndarray:
+    """``x`` as a contiguous float64 array (exact), so that GEMMs copy nothing; with ``slot``
+    (the watch path: an input, never returned) in a scratch array, fresh pages being dearer
+    than the copy inside a watched step (``benchmarks/bench_attention_step.py``)."""
+    x = np.asarray(x)
+    if not slot:
+        return np.ascontiguousarray(x, np.float64)
+    buf = scratch("in_" + slot, x.shape, np.float64)
+    np.copyto(buf, x, casting="same_kind")
+    return buf
+
+
+def f32abs(x: np.ndarray, slot: str) -> np.ndarray:
+    """|x| as float32 (x's values are float32 or narrower: exact), contiguous, in the scratch
+    array ``slot``."""
+    a = scratch(slot, x.shape, F32)
+    np.copyto(a, x, casting="same_kind")
+    np.abs(a, out=a)
+    return a
+
+
+@functools.lru_cache(maxsize=64)
+def gamma_f(k: int, u: float = U32) -> float:
+    """:func:`._fma.gamma` as a float, cached (its value for each count is fixed)."""
+    return float(gamma(k, u))
 
 
 def widen(c: Any) -> np.ndarray:
@@ -234,8 +284,8 @@ def widen(c: Any) -> np.ndarray:
 
 
 def probs(s: np.ndarray, shift: np.ndarray, e_s: np.ndarray, masked: np.ndarray,
-           exp_err: float, arg_roundings: int = 1,
-           buf: np.ndarray | None = None) -> tuple[Any, ...]:  # fmt: skip
+           exp_err: float, arg_roundings: int = 1, buf: np.ndarray | None = None,
+           e_max: float | None = None) -> tuple[Any, ...]:  # fmt: skip
     """p = exp(s - shift) (float64) and rho (float32), the relative error of the kernel's p
     against it: the error of s (e_s, its row max for the shift), the rounding of s - shift
     (u |s - shift|), the exp's own error: rho = expm1((1 + r) u reach + e_s)(1 + err) + err
@@ -244,7 +294,8 @@ def probs(s: np.ndarray, shift: np.ndarray, e_s: np.ndarray, masked: np.ndarray,
     of the argument (relative u each) the exp itself adds (fexp_u20: 3). Masked keys get p = 0
     (their rho is finite, and every use of rho is multiplied by p); ``s`` holds -inf there, or,
     with a finite ``shift``, anything. ``s`` is consumed (its buffer becomes p: fewer fresh
-    pages); ``buf``: a float32 scratch of s's shape, or None."""
+    pages); ``buf``: a float32 scratch of s's shape, or None; ``e_max``: ``e_s.max()`` where
+    the caller has it (else found here)."""
     # With a finite shift, masked keys get the argument 0 and then p = 0 (exp(-inf) = +0
     # exactly): numpy's float64 exp (SVML) takes a slow per-lane path for arguments below
     # ~-708 (3x the whole pass here), and its other lanes' results do not depend on them (the
@@ -258,9 +309,13 @@ def probs(s: np.ndarray, shift: np.ndarray, e_s: np.ndarray, masked: np.ndarray,
             np.copyto(t, 0.0, where=masked)
         reach = scratch("reach", t.shape, F32) if buf is None else buf
         np.copyto(reach, t, casting="same_kind")
-        p = np.exp(t, out=t)  # exp(-inf) = 0 for masked keys
         if zero:
-            np.copyto(p, 0.0, where=masked)
+            # exp on the unmasked keys only: the masked ones keep their +0 as p (what exp(-inf)
+            # gives); half the work on the causal pattern, and no pass to zero p. numpy's exp
+            # gives a lane the same bits in a run of any length at any alignment (tested)
+            p = np.exp(t, out=t, where=unmasked(masked))
+        else:
+            p = np.exp(t, out=t)  # exp(-inf) = 0 for masked keys
     np.abs(reach, out=reach)
     if not zero:
         np.copyto(reach, F32(0.0), where=masked)
@@ -268,7 +323,7 @@ def probs(s: np.ndarray, shift: np.ndarray, e_s: np.ndarray, masked: np.ndarray,
     # max e_s of the row; the whole array's instead where that moves rho by < 2^-20 relative
     # (rho >= err): one pass fewer
     c = (1 + arg_roundings) * U32
-    e_g = float(e_s.max()) if e_s.size else 0.0
+    e_g = e_max if e_max is not None else float(e_s.max()) if e_s.size else 0.0
     reach += const(e_g) if c * e_g <= 2.0**-20 * exp_err else rowmax(e_s)
     # the true reach is at most W32 reach (plus < 2^-140): compare with the threshold lowered
     thr = F32((_LN_FLT_MIN - 1.0) / W32 * 0.999)

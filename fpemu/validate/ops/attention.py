@@ -23,12 +23,15 @@ centers alone): widened by W32 <= 1 + 2^-16.4 plus float32 underflow floors, der
 :mod:`._attention_bound`.
 
 Cost (watch; measured on the bench GPT's calls, benchmarks/bench_attention_ops.py): the centers
-are rounded by :func:`._num.to`'s fast float64 path; masked keys never reach float64 exp as -inf
-(its slow per-lane path, :func:`._attention_bound.probs`). Kept as they are, measured: the
+are rounded by :func:`._num.to`'s fast float64 path; with a finite shift, float64 exp runs on the
+unmasked keys only (as -inf, masked ones would take its slow per-lane path: probs); inputs and
+temporaries live in scratch arrays (inside a watched step fresh ones may fault: up to ~300 minor
+faults a backward call: benchmarks/bench_attention_step.py). Kept as they are, measured: the
 float64 GEMMs' transposed operands are copied (a transposed view gives BLAS another routine
 whose bits differ, 0.4% of elements over random shapes); every bound is computed whole, not
 lazily (98-100% of the bench calls' rows hold an element whose bits differ from the value, so
-the judge reads nearly all of them).
+the judge reads nearly all of them); the e_s GEMM keeps its transposed |k| view (float32 BLAS
+is ~3x slower there than on a contiguous copy, whose bits are not proved the same).
 
 >>> import numpy as np
 >>> from fpemu.validate.ops import Call, lookup
@@ -57,15 +60,18 @@ from fpemu.validate.ops._attention_bound import (
     colsum,
     const,
     f32abs,
+    f64,
     finish,
+    gamma_f,
     mag_mm,
     nan_to_inf,
+    on_keys,
     probs,
     rowmax,
     scratch,
     widen,
 )
-from fpemu.validate.ops._fma import U32, gamma
+from fpemu.validate.ops._fma import U32
 from fpemu.validate.ops._num import to
 
 __all__ = ["flash_attention", "flash_attention_backward"]
@@ -128,17 +134,35 @@ def _scores(call: Call, q: np.ndarray, k: np.ndarray, causal: bool, *,
     s = _mm(q, np.swapaxes(k, -1, -2), "s" if bound else "", out=bound)
     mask = call.kwargs.get("attn_mask")
     e_s = None
-    g2 = float(gamma(2))
+    g2 = gamma_f(2)
     with np.errstate(invalid="ignore", over="ignore"):
         s *= scale
         if bound:
-            aq, akt = q.astype(F32), np.swapaxes(k, -1, -2).astype(F32)  # exact: <= float32
-            e_s = mag_mm(np.abs(aq, out=aq), np.abs(akt, out=akt), scratch("es", s.shape, F32))
-            e_s *= const(float(gamma(d)) * scale * (1 + g2))
+            # exact: <= float32; |k|^T a transposed view of a contiguous |k| (the layout that
+            # astype gave the transposed view of k: the same GEMM call)
+            aq, ak = scratch("aq", q.shape, F32), scratch("ak", k.shape, F32)
+            np.copyto(aq, q, casting="same_kind")
+            np.copyto(ak, k, casting="same_kind")
+            akt = np.swapaxes(np.abs(ak, out=ak), -1, -2)
+            e_s = mag_mm(np.abs(aq, out=aq), akt, scratch("es", s.shape, F32))
+            # the masked keys: the causal pattern alone (broadcast) where nothing else can
+            # make s -inf (no mask, finite q and k: a float64 s of float32 products does not
+            # overflow; finite exactly if the float32 |q|, |k| have a finite max, as max
+            # propagates inf and NaN)
+            qm, km = float(aq.max(initial=0.0)), float(ak.max(initial=0.0))
+            plain = causal and mask is None and math.isfinite(qm) and math.isfinite(km)
+            # plain: the factors are cached arrays, the constant at the unmasked keys and 0 at
+            # the masked ones (zeroing e_s there in the same passes: a finite x times 0 is +0);
+            # safe: no |q||k| sum and no float32 s can overflow (a finite scale and d max|q|
+            # max|k| max(1, |scale|) < 2^120), else an inf times 0 is NaN: the masked keys
+            # are then zeroed below, as they are where not plain
+            safe = plain and math.isfinite(scale) and d * qm * km * max(1.0, abs(scale)) < 2.0**120
+            c1, c2 = gamma_f(d) * scale * (1 + g2), g2 * (1 + g2)
+            e_s *= on_keys(*s.shape[-2:], c1) if plain else const(c1)
             a = scratch("a", s.shape, F32)
             np.copyto(a, s, casting="same_kind")
             np.abs(a, out=a)
-            a *= const(g2 * (1 + g2))
+            a *= on_keys(*s.shape[-2:], c2) if plain else const(c2)
             e_s += a
         if mask is not None:
             mk = np.asarray(mask, np.float64)
@@ -154,15 +178,11 @@ def _scores(call: Call, q: np.ndarray, k: np.ndarray, causal: bool, *,
         np.copyto(s, -np.inf, where=tri)
     if e_s is None:
         return s, None, scale, None, None, None
-    # the masked keys: the causal pattern alone (broadcast) where nothing else can make s -inf
-    # (no mask, finite q and k: a float64 s of float32 products does not overflow)
-    # (finiteness from the float32 |q|, |k|: their max is inf or NaN exactly if an element is)
-    plain = tri is not None and mask is None and bool(np.isfinite(aq.max(initial=0.0)))
-    plain = plain and bool(np.isfinite(akt.max(initial=0.0)))
     masked = tri if plain else np.isneginf(s)
     if tri is not None and not plain and not fill:
         masked |= tri
-    np.copyto(e_s, F32(0.0), where=masked)
+    if not safe:
+        np.copyto(e_s, F32(0.0), where=masked)
     return s, e_s, scale, masked, a if a.shape == s.shape else None, (aq, akt)
 
 
@@ -179,9 +199,9 @@ def _forward_bound(call: Call) -> tuple[Any, ...]:
     + g S; sum p rho and the weights of EN's GEMM are float32 (widened by W32, plus the
     underflow floors of :mod:`._attention_bound`).
     """
+    watch = call.model is None  # the copies in scratch arrays
     q, k, v = (
-        np.ascontiguousarray(call.arg(i, n), np.float64)  # contiguous: _mm copies nothing
-        for i, n in enumerate(("query", "key", "value"))
+        f64(call.arg(i, n), n if watch else "") for i, n in enumerate(("query", "key", "value"))
     )
     causal = bool(call.arg(4, "is_causal", False))
     name = call.out_dtypes[0]
@@ -200,9 +220,10 @@ def _forward_bound(call: Call) -> tuple[Any, ...]:
             lse = np.where(empty, 0.0, m + np.log(np.where(empty, 1.0, S)))
         return o, np.inf, lse[..., 0], np.inf
     low = name != "float32"
-    emax = float(e_s.max()) * W32 + 2.0**-140 if e_s.size else 0.0
+    e_g = float(e_s.max()) if e_s.size else 0.0
+    emax = e_g * W32 + 2.0**-140 if e_s.size else 0.0
     span = m - np.min(np.where(finite, s, m), axis=-1, keepdims=True) if blocks > 1 else m
-    p, rho = probs(s, m, e_s, masked, _FEXP if low else _EXP_U20, 3 if low else 1, buf)
+    p, rho = probs(s, m, e_s, masked, _FEXP if low else _EXP_U20, 3 if low else 1, buf, e_g)
     if blocks > 1:
         r_blk = (1 + 2.0**-23) * (1 + U32) ** 2 * np.exp(U32 * (span + 2 * emax))
         # rho' = (1 + rho) r - 1 = rho r + (r - 1); r and r - 1 rounded up as float32
@@ -216,8 +237,8 @@ def _forward_bound(call: Call) -> tuple[Any, ...]:
     p32 = e_s  # e_s is dead: its buffer takes p as float32 (its shape is s's)
     np.copyto(p32, p, casting="same_kind")
     pr = np.multiply(p32, rho, out=rho)
-    g_es, g_en = float(gamma(lk + 2 * blocks)), float(gamma(lk + blocks))
-    av = f32abs(v)
+    g_es, g_en = gamma_f(lk + 2 * blocks), gamma_f(lk + blocks)
+    av = f32abs(v, "av")
     # underflow (_attention_bound): p rho loses ETA in the cast of p (times rho <= R) and ETA in
     # the product; w loses that times (1 + c), plus ETA in each product and c ETA (cast of p)
     fl = ETA * (r_max + 1)
@@ -245,7 +266,7 @@ def _forward_bound(call: Call) -> tuple[Any, ...]:
         # _SLACK / (S - es)
         den = S - es
         bad = ~(den > 0)  # NaN (float32 inf * 0) included
-        g2 = float(gamma(2))
+        g2 = gamma_f(2)
         kr = (1 + g2) * _SLACK / np.where(bad, 1.0, den)
         e_o = en
         e_o *= kr
@@ -319,7 +340,7 @@ def flash_attention_backward(call: Call) -> list[Out | None]:
     dK likewise with q and the q blocks.
     """
     _no_dropout(call)
-    go, q, k, v, out = (np.ascontiguousarray(call.arg(i, n), np.float64) for i, n in
+    go, q, k, v, out = (f64(call.arg(i, n), "" if call.model is not None else n) for i, n in
                         enumerate(("grad_out", "query", "key", "value", "out")))  # fmt: skip
     lse = np.asarray(call.arg(5, "logsumexp"), np.float64)[..., None]
     causal = bool(call.arg(7, "is_causal", False))
@@ -345,13 +366,13 @@ def flash_attention_backward(call: Call) -> list[Out | None]:
     p, rho = probs(s, lse, e_s, masked, _FEXP if low else _EXP_U10, 3 if low else 1, buf)
     p32 = e_s  # e_s is dead: its buffer takes p as float32
     np.copyto(p32, p, casting="same_kind")
-    agt, av = f32abs(go), f32abs(v)
+    agt, av = f32abs(go, "agt"), f32abs(v, "av")
     aq, ak = absqk[0], np.swapaxes(absqk[1], -1, -2)  # |q|, |k| (contiguous) from _scores
     dv = _mm(np.swapaxes(p, -1, -2), go, "dv")  # a center: fresh
     # e_dv = E + g M, then + g' (M + e_dv), E = sum (p rho1 + tiny)|dO|, M = sum (p (1 + rho1) +
     # tiny)|dO|, rho1 = (1 + rho)(1 + u_low) - 1: one GEMM of (c1 + c2)(p rho1 + tiny) + c2 p
     # = p (a rho + b) + (c1 + c2) tiny; likewise dQ, dK
-    g, g_ = float(gamma(lq + 2)), float(gamma(bq, u_low)) if u_low else 0.0
+    g, g_ = gamma_f(lq + 2), gamma_f(bq, u_low) if u_low else 0.0
     c1, c2 = 1 + g_, g * (1 + g_) + g_
     w = np.multiply(rho, const((c1 + c2) * (1 + u_low)), out=scratch("w", rho.shape, F32))
     w += const((c1 + c2) * u_low + c2)
@@ -366,7 +387,7 @@ def flash_attention_backward(call: Call) -> list[Out | None]:
     add = (W32 * fl_v + (lq + 4) * _UFL + tiny) * _SLACK  # tiny: a flushed subnormal
     e_dv = finish(mag_mm(np.swapaxes(w, -1, -2), agt), W32 * _SLACK, add)
     dp = _mm(go, np.swapaxes(v, -1, -2), "dp", out=True)
-    gout = go * out
+    gout = np.multiply(go, out, out=scratch("gout", go.shape, go.dtype))
     dd = gout.sum(-1, keepdims=True)
     diff = np.subtract(dp, dd, out=dp)
     ad = scratch("ad", diff.shape, F32)
@@ -376,11 +397,13 @@ def flash_attention_backward(call: Call) -> list[Out | None]:
     # (1 + u_low) e_ds + u_low |dS| (+ tiny + 4 half-subnormals) with |dS| = p |dP - D|:
     # p (|dP - D| (rho a1 + a0) + (1 + rho) a2 (e_dp + e_d)), a1 = (1 + 2 g2)(1 + u_low),
     # a0 = g2 (1 + u_low) + u_low, a2 = (1 + g2)(1 + u_low)
-    g2 = float(gamma(2))
+    g2 = gamma_f(2)
     a1, a0, a2 = (1 + 2 * g2) * (1 + u_low), g2 * (1 + u_low) + u_low, (1 + g2) * (1 + u_low)
-    e_d = gamma(d + 1) * np.abs(gout, out=gout).sum(-1, keepdims=True)
-    ee = mag_mm(agt, np.ascontiguousarray(np.swapaxes(av, -1, -2)), scratch("ee", ad.shape, F32))
-    ee *= const(float(gamma(d)) * a2)
+    e_d = gamma_f(d + 1) * np.abs(gout, out=gout).sum(-1, keepdims=True)
+    avt = scratch("avt", av.shape[:-2] + av.shape[:-3:-1], F32)
+    np.copyto(avt, np.swapaxes(av, -1, -2))  # contiguous (a transposed view: another GEMM)
+    ee = mag_mm(agt, avt, scratch("ee", ad.shape, F32))
+    ee *= const(gamma_f(d) * a2)
     ee += (e_d * a2 * (1 + 2.0**-22)).astype(F32)  # rounded up (the cast and its product)
     np.abs(ad, out=ad)
     e_ds = np.multiply(rho, const(a1), out=w)  # w is consumed (its GEMM is done)
@@ -403,12 +426,16 @@ def flash_attention_backward(call: Call) -> list[Out | None]:
     fl_ds = ETA * (a_max + 1)
     out_e = []
     # e_dq = scale (E + g M) then + g' (M + e_dq), E = sum e_ds |k|, M = sum (|dS| + e_ds)|k|
+    cs_prev = None
     for n_sum, n_blk, ab, tr in ((lk, bk, ak, False), (lq, bq, aq, True)):
-        gs, gs_ = float(gamma(n_sum + 3)), float(gamma(n_blk, u_low)) if u_low else 0.0
+        gs, gs_ = gamma_f(n_sum + 3), gamma_f(n_blk, u_low) if u_low else 0.0
         cs1, cs2 = 1 + gs_, gs * (1 + gs_) + gs_
-        # weights in dead buffers: rho (then e_ds itself), ad as the scratch
-        wt = np.multiply(e_ds, const(cs1 + cs2), out=e_ds if tr else rho)
-        wt += np.multiply(p32, const(cs2), out=ad)
+        # weights in dead buffers: rho (then e_ds itself), ad as the scratch; the dK weights
+        # are the dQ ones where their constants are (float32 with lq = lk): kept, not redone
+        if (cs1, cs2) != cs_prev:
+            wt = np.multiply(e_ds, const(cs1 + cs2), out=e_ds if tr else rho)
+            wt += np.multiply(p32, const(cs2), out=ad)
+        cs_prev = (cs1, cs2)
         mm = mag_mm(np.swapaxes(wt, -1, -2) if tr else wt, ab)
         fl = (fl_s * (cs1 + cs2) + fl_ds * cs2 + 2 * ETA) * colsum(ab) + n_sum * ETA
         add = (scale * W32 * fl + (n_sum + 4) * _UFL + tiny) * _SLACK
