@@ -144,7 +144,10 @@ _EXP64 = tuple(_d(c) for c in (_EXP[4], _EXP[3], _EXP[2], _EXP[1], _EXP[0], _ONE
 _AS64 = tuple(_d(c) for c in _AS[::-1])
 _RSQRT2_S, _RSQRTPI_S, _LOG2E_S = _s(_RSQRT2), _s(_RSQRTPI), _s(_LOG2E)
 _HALF_S, _ONE_S, _TWO_S = _s(0.5), _s(1), _s(2)
-_LN2_D, _P_D, _ONE_D = _d(_LN2), _d(_P), _d(_ONE)
+_P_D, _ONE_D = _d(_P), _d(_ONE)
+#: ln2 (float32) split: its upper 17 significant bits and the rest (exact, 2 bits)
+_LN2_HI = _s(_c(0x3F317200))
+_LN2_LO = _s(_LN2 - _c(0x3F317200))
 
 
 class _Work:
@@ -208,13 +211,16 @@ def _block(x: np.ndarray, out: np.ndarray, work: _Work) -> None:
     np.multiply(v, _LOG2E_S, fx)  # floor(v*log2e + 0.5), a float32 product and sum
     np.add(fx, _HALF_S, fx)
     np.floor(fx, fx)
-    # vfnmadd231ps, v - fx*ln2: exact in float64 and in float32 (see _exp), so no test
+    # vfnmadd231ps, v - fx*ln2: its exact value is a float32 (see _exp), so float32 steps
+    # that are each exact give it: with ln2 = hi + lo (hi its upper 17 significant bits, a
+    # multiple of 2**-17; lo = 24 * 2**-24, 2 bits), -fx*hi (7 + 17 bits) and -fx*lo are exact;
+    # -fx*hi + v is a multiple of 2**-25 (v too: |v| > 0.34 where fx != 0) below 0.36 in
+    # magnitude, a float32; adding -fx*lo gives the exact value. NaN: -fx's, as the FMA's
     np.negative(fx, rem)
-    a64[...] = rem
-    np.multiply(a64, _LN2_D, a64)
-    b64[...] = v
-    np.add(a64, b64, a64)
-    rem[...] = a64
+    np.multiply(rem, _LN2_HI, t)
+    np.add(t, v, t)
+    np.multiply(rem, _LN2_LO, rem)
+    np.add(t, rem, rem)
     # 2 * 2**(n-1) built in the exponent field, (fx + 126) << 23 (through _POW_MAGIC's bits);
     # below ln(FLT_MIN) v is ln(FLT_MIN) itself, fx = -126: the bits 0, oneDNN's zero
     pw = v
