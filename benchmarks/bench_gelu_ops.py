@@ -6,10 +6,11 @@ Calls: the real ones of the bench GPT step (``bench_watch.py``): the step runs o
 :class:`~fpemu.validate.ops.Call` (torch's outputs included). Each recorded call is then judged
 by :func:`fpemu.validate.watch.verdict.judge_call` with the current activations module and with
 the module as it was at ``--base`` (default ``main``; loaded from ``git show`` into a temporary
-module, with its ``_erf``/``_iv`` helpers as of the base too), in the same run, old and new
+module, with its helpers as of the base too: ``HELPERS``), in the same run, old and new
 alternating; times are the best of ``--repeats``. Each row also gives both verdicts and how
 many elements differ from the emulation's value (the elements whose bound had to be
-computed): a new verdict must be ``identical`` or ``bounded``, never ``differs``. A last row
+computed): a new verdict must be ``identical`` or ``bounded``, never ``differs``; the last
+column says whether the two emulations' values are the same bit for bit. A last row
 per config judges each ``gelu_backward`` call again with ``x`` made strided (the same values;
 torch then runs ATen's kernel, not oneDNN's: the bounded path).
 Pin the threads on a shared machine:
@@ -33,8 +34,11 @@ OPS = {"forward": "aten.gelu.default", "backward": "aten.gelu_backward.default"}
 #: where GELU's emulations live (``activations.py`` before ``gelu.py`` was split out of it)
 MODULES = ("fpemu/validate/ops/gelu.py", "fpemu/validate/ops/activations.py")
 #: helpers of the module that changed with it, loaded as of the base too (in import order;
-#: the ones a base does not have are skipped)
-HELPERS = ("fpemu/validate/ops/_iv.py", "fpemu/validate/ops/_erf.py", "fpemu/validate/ops/_fp.py",
+#: the ones a base does not have are skipped): oneDNN's kernels (and their FMA) included, so
+#: the base's float32 rows run the base's emulations of them
+HELPERS = ("fpemu/validate/ops/_fma.py", "fpemu/validate/ops/_onednn.py",
+           "fpemu/validate/ops/_onednn_bwd.py", "fpemu/validate/ops/_iv.py",
+           "fpemu/validate/ops/_erf.py", "fpemu/validate/ops/_fp.py",
            "fpemu/validate/ops/_act.py")  # fmt: skip
 
 
@@ -46,6 +50,8 @@ def _base_module(base: str, path: str, name: str, renames: dict[str, str]) -> An
         raise SystemExit(f"{path} does not exist at {base}")
     for new, old in renames.items():
         src = src.replace(f"from {new} import", f"from {old} import")
+        package, module = new.rsplit(".", 1)  # ``from package import module as alias`` too
+        src = src.replace(f"from {package} import {module} as", f"import {old} as")
     return load_source(name, src)
 
 
@@ -98,7 +104,7 @@ def main() -> None:
     print(f"baseline: GELU's module at {args.base}; times: judge_call, best of {args.repeats}, "
           "old and new alternating; verdict (elements differing from the value)")  # fmt: skip
     print(f"{'config':7} {'op':10} {'calls':>5} {'old':>9} {'new':>9} {'old/new':>8}  "
-          f"{'old verdicts':24} new verdicts")  # fmt: skip
+          f"{'old verdicts':24} {'new verdicts':24} values")  # fmt: skip
     for config in args.configs:
         by_op = capture(OPS.values(), config)
         calls = {kind: by_op[op] for kind, op in OPS.items()}
@@ -108,6 +114,7 @@ def main() -> None:
             new_fn = TABLE[op]
             old_t = new_t = 0.0
             vo, vn = [], []
+            same = True
             for call in calls[kind]:
                 old_fn = old["backward" if kind == "bw-strided" else kind]
                 o, n = interleaved(lambda: judged(old_fn, call), lambda: judged(new_fn, call),  # noqa: B023
@@ -117,10 +124,21 @@ def main() -> None:
                 vo.append(f"{ro['verdict']}({ro['ndiff']})")
                 vn.append(f"{rn['verdict']}({rn['ndiff']})")
                 assert rn["verdict"] in ("identical", "bounded"), (config, op, rn)
+                same &= same_values(old_fn(call), new_fn(call))
             n = max(len(calls[kind]), 1)
             print(f"{config:7} {kind:10} {len(calls[kind]):5} {old_t / n * 1e3:7.2f}ms "
                   f"{new_t / n * 1e3:7.2f}ms {old_t / max(new_t, 1e-12):7.2f}x  "
-                  f"{' '.join(vo):24} {' '.join(vn)}")  # fmt: skip
+                  f"{' '.join(vo):24} {' '.join(vn):24} "
+                  f"{'same' if same else 'DIFFER'}")  # fmt: skip
+
+
+def same_values(old: list[Any], new: list[Any]) -> bool:
+    """Whether two emulations' outputs have the same values, bit for bit (NaNs included)."""
+    return len(old) == len(new) and all(
+        (o is None and n is None) or (o is not None and n is not None and o.value.dtype ==
+         n.value.dtype and np.array_equal(o.value.view(f"u{o.value.dtype.itemsize}"),
+                                           n.value.view(f"u{n.value.dtype.itemsize}")))
+        for o, n in zip(old, new, strict=True))  # fmt: skip
 
 
 if __name__ == "__main__":
