@@ -53,11 +53,11 @@ from __future__ import annotations
 
 import functools
 import math
-import threading
 from typing import Any
 
 import numpy as np
 
+from fpemu.backend import scratch
 from fpemu.validate.ops._fma import U32, gamma, grow
 
 __all__ = [
@@ -82,8 +82,6 @@ __all__ = [
 ]
 
 ETA = 2.0**-150
-_POOL = threading.local()
-_POOL_MAX = 64 << 20
 _LN_FLT_MIN = 87.33  # exp_u20 returns 0 below ln(FLT_MIN) = -87.3365
 #: widening of every float32-computed bound: 184 roundings (see the module docstring)
 W32 = float(grow(184))
@@ -148,25 +146,6 @@ def add_unmasked(a: np.ndarray, c: float, masked: np.ndarray) -> None:
         a += on_keys(*masked.shape, c)
     else:
         np.add(a, const(c), out=a, where=~masked)
-
-
-def scratch(slot: str, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
-    """An uninitialised array for an internal temporary of the watch path, kept per thread
-    and reused by the next call of the same shape: a fresh megabyte array costs its page
-    faults (~0.5 ms here), more than the pass that fills it. At most 64 MiB are kept; every
-    use overwrites the whole array before reading it, and no scratch array is returned."""
-    pool: dict[Any, np.ndarray] | None = getattr(_POOL, "arrays", None)
-    if pool is None:
-        pool = _POOL.arrays = {}
-    key = (slot, shape, dtype)  # dtype as the call site gives it (a type or a dtype)
-    a = pool.get(key)
-    if a is None:
-        a = np.empty(shape, dtype)
-        if sum(x.nbytes for x in pool.values()) + a.nbytes > _POOL_MAX:
-            pool.clear()  # another shape: drop the old set
-        if a.nbytes <= _POOL_MAX:
-            pool[key] = a
-    return a
 
 
 def mag_mm(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
@@ -258,7 +237,7 @@ def f64(x: Any, slot: str = "") -> np.ndarray:
     x = np.asarray(x)
     if not slot:
         return np.ascontiguousarray(x, np.float64)
-    buf = scratch("in_" + slot, x.shape, np.float64)
+    buf = scratch(x.shape, np.float64, key="att.in_" + slot)
     np.copyto(buf, x, casting="same_kind")
     return buf
 
@@ -266,7 +245,7 @@ def f64(x: Any, slot: str = "") -> np.ndarray:
 def f32abs(x: np.ndarray, slot: str) -> np.ndarray:
     """|x| as float32 (x's values are float32 or narrower: exact), contiguous, in the scratch
     array ``slot``."""
-    a = scratch(slot, x.shape, F32)
+    a = scratch(x.shape, F32, key="att." + slot)
     np.copyto(a, x, casting="same_kind")
     np.abs(a, out=a)
     return a
@@ -307,7 +286,7 @@ def probs(s: np.ndarray, shift: np.ndarray, e_s: np.ndarray, masked: np.ndarray,
         t = np.subtract(s, shift, out=s)
         if zero:
             np.copyto(t, 0.0, where=masked)
-        reach = scratch("reach", t.shape, F32) if buf is None else buf
+        reach = scratch(t.shape, F32, key="att.reach") if buf is None else buf
         np.copyto(reach, t, casting="same_kind")
         if zero:
             # exp on the unmasked keys only: the masked ones keep their +0 as p (what exp(-inf)
@@ -330,7 +309,7 @@ def probs(s: np.ndarray, shift: np.ndarray, e_s: np.ndarray, masked: np.ndarray,
     hi = reach > thr if reach.size and not reach.max() <= thr else None  # NaN: compare
     y = np.multiply(reach, const(c), out=reach)
     y += e_s
-    rho = expm1_up(y, exp_err, scratch("rho", y.shape, F32))
+    rho = expm1_up(y, exp_err, scratch(y.shape, F32, key="att.rho"))
     if hi is not None:  # else no element can reach the threshold
         np.maximum(rho, F32(1.0), out=rho, where=hi)
     return p, rho

@@ -17,7 +17,6 @@ True
 from __future__ import annotations
 
 import math
-import threading
 from typing import Any
 
 import numpy as np
@@ -25,7 +24,7 @@ import numpy as np
 from fpemu.arith import round_to_odd
 
 __all__ = ["LANES", "U32", "boundary32", "fma32", "gamma", "grow", "mad", "repair32", "row_dot",
-           "scratch", "sum32", "tree8"]  # fmt: skip
+           "sum32", "tree8"]  # fmt: skip
 
 #: unit roundoff of float32
 U32 = 2.0**-24
@@ -269,30 +268,3 @@ def row_dot(p: np.ndarray, q: np.ndarray, fused: bool, *,
         r = cols - full
         acc[:, :r] = mad(p[:, full:], q[:, full:], acc[:, :r], fused=fused)
     return tree8(acc, fused)
-
-
-#: per-thread reusable arrays (see :func:`scratch`)
-_WORK = threading.local()
-#: the largest scratch array kept (elements): bigger ones are allocated per call
-_SCRATCH_MAX = 1 << 22
-
-
-def scratch(key: str, shape: tuple[int, ...]) -> np.ndarray:
-    """A float64 array of ``shape`` with undefined contents, reused by later calls in this
-    thread under ``key`` (arrays over :data:`_SCRATCH_MAX` elements are not kept): megabyte
-    work arrays allocated afresh on every call cost page faults whenever glibc has handed the
-    freed memory back to the system (measured on the bench GPT's layer norm calls, forward and
-    backward in turn: about 0.6 ms of a 2.5 ms backward call). Callers return no views of it.
-
-    >>> a = scratch("doc", (2, 3)); a[...] = 1.0
-    >>> b = scratch("doc", (3, 2)); b.shape, bool(np.shares_memory(a, b))
-    ((3, 2), True)
-    """
-    n = math.prod(shape)
-    if n > _SCRATCH_MAX:
-        return np.empty(shape)
-    store: dict[str, np.ndarray] = _WORK.__dict__.setdefault("arrays", {})
-    buf = store.get(key)
-    if buf is None or buf.size < n:
-        buf = store[key] = np.empty(n)
-    return buf[:n].reshape(shape)

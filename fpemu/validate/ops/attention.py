@@ -50,6 +50,7 @@ from typing import Any
 
 import numpy as np
 
+from fpemu.backend import scratch
 from fpemu.validate.ops import Call, Out, bounded, register
 from fpemu.validate.ops._attention_bound import (
     ETA,
@@ -68,7 +69,6 @@ from fpemu.validate.ops._attention_bound import (
     on_keys,
     probs,
     rowmax,
-    scratch,
     widen,
 )
 from fpemu.validate.ops._fma import U32
@@ -99,18 +99,18 @@ _TINY = {"bfloat16": 2.0**-126, "float16": 2.0**-14, "float32": 0.0}
 def _mm(a: np.ndarray, b: np.ndarray, slot: str = "", out: bool = False) -> np.ndarray:
     """Batched matmul on contiguous operands (numpy falls back to a slow loop otherwise).
     With ``slot`` (watch path) the operand copies, and with ``out`` the result, go to scratch
-    arrays (:func:`._attention_bound.scratch`): the same values, fewer fresh pages."""
+    arrays (:func:`fpemu.backend.scratch`): the same values, fewer fresh pages."""
     if not slot:
         return np.asarray(np.matmul(np.ascontiguousarray(a), np.ascontiguousarray(b)))
     ops = []
     for x, name in ((a, "a"), (b, "b")):
         if not x.flags.c_contiguous:
-            c = scratch(slot + name, x.shape, x.dtype)
+            c = scratch(x.shape, x.dtype, key="att." + slot + name)
             np.copyto(c, x)
             x = c
         ops.append(x)
     shape = (*np.broadcast_shapes(a.shape[:-2], b.shape[:-2]), a.shape[-2], b.shape[-1])
-    o = scratch(slot + "o", shape, np.result_type(a, b)) if out else None
+    o = scratch(shape, np.result_type(a, b), key="att." + slot + "o") if out else None
     return np.asarray(np.matmul(ops[0], ops[1], out=o))
 
 
@@ -140,11 +140,11 @@ def _scores(call: Call, q: np.ndarray, k: np.ndarray, causal: bool, *,
         if bound:
             # exact: <= float32; |k|^T a transposed view of a contiguous |k| (the layout that
             # astype gave the transposed view of k: the same GEMM call)
-            aq, ak = scratch("aq", q.shape, F32), scratch("ak", k.shape, F32)
+            aq, ak = scratch(q.shape, F32, key="att.aq"), scratch(k.shape, F32, key="att.ak")
             np.copyto(aq, q, casting="same_kind")
             np.copyto(ak, k, casting="same_kind")
             akt = np.swapaxes(np.abs(ak, out=ak), -1, -2)
-            e_s = mag_mm(np.abs(aq, out=aq), akt, scratch("es", s.shape, F32))
+            e_s = mag_mm(np.abs(aq, out=aq), akt, scratch(s.shape, F32, key="att.es"))
             # the masked keys: the causal pattern alone (broadcast) where nothing else can
             # make s -inf (no mask, finite q and k: a float64 s of float32 products does not
             # overflow; finite exactly if the float32 |q|, |k| have a finite max, as max
@@ -159,7 +159,7 @@ def _scores(call: Call, q: np.ndarray, k: np.ndarray, causal: bool, *,
             safe = plain and math.isfinite(scale) and d * qm * km * max(1.0, abs(scale)) < 2.0**120
             c1, c2 = gamma_f(d) * scale * (1 + g2), g2 * (1 + g2)
             e_s *= on_keys(*s.shape[-2:], c1) if plain else const(c1)
-            a = scratch("a", s.shape, F32)
+            a = scratch(s.shape, F32, key="att.a")
             np.copyto(a, s, casting="same_kind")
             np.abs(a, out=a)
             a *= on_keys(*s.shape[-2:], c2) if plain else const(c2)
@@ -270,7 +270,7 @@ def _forward_bound(call: Call) -> tuple[Any, ...]:
         kr = (1 + g2) * _SLACK / np.where(bad, 1.0, den)
         e_o = en
         e_o *= kr
-        ao = np.abs(o, out=scratch("ao", o.shape, o.dtype))
+        ao = np.abs(o, out=scratch(o.shape, o.dtype, key="att.ao"))
         ao *= es * kr + g2 * _SLACK
         e_o += ao
         if tiny:  # (e_o + 0 is e_o: it is >= 0 or NaN)
@@ -374,7 +374,7 @@ def flash_attention_backward(call: Call) -> list[Out | None]:
     # = p (a rho + b) + (c1 + c2) tiny; likewise dQ, dK
     g, g_ = gamma_f(lq + 2), gamma_f(bq, u_low) if u_low else 0.0
     c1, c2 = 1 + g_, g * (1 + g_) + g_
-    w = np.multiply(rho, const((c1 + c2) * (1 + u_low)), out=scratch("w", rho.shape, F32))
+    w = np.multiply(rho, const((c1 + c2) * (1 + u_low)), out=scratch(rho.shape, F32, key="att.w"))
     w += const((c1 + c2) * u_low + c2)
     w *= p32
     if tiny:
@@ -387,10 +387,10 @@ def flash_attention_backward(call: Call) -> list[Out | None]:
     add = (W32 * fl_v + (lq + 4) * _UFL + tiny) * _SLACK  # tiny: a flushed subnormal
     e_dv = finish(mag_mm(np.swapaxes(w, -1, -2), agt), W32 * _SLACK, add)
     dp = _mm(go, np.swapaxes(v, -1, -2), "dp", out=True)
-    gout = np.multiply(go, out, out=scratch("gout", go.shape, go.dtype))
+    gout = np.multiply(go, out, out=scratch(go.shape, go.dtype, key="att.gout"))
     dd = gout.sum(-1, keepdims=True)
     diff = np.subtract(dp, dd, out=dp)
-    ad = scratch("ad", diff.shape, F32)
+    ad = scratch(diff.shape, F32, key="att.ad")
     np.copyto(ad, diff, casting="same_kind")
     ds = np.multiply(p, diff, out=diff)  # diff is consumed (|diff| kept in float32)
     # e_ds = (p rho |dP - D| + p (1 + rho)(e_dp + e_d))(1 + g2) + g2 p (1 + rho) |dP - D|, then
@@ -400,9 +400,9 @@ def flash_attention_backward(call: Call) -> list[Out | None]:
     g2 = gamma_f(2)
     a1, a0, a2 = (1 + 2 * g2) * (1 + u_low), g2 * (1 + u_low) + u_low, (1 + g2) * (1 + u_low)
     e_d = gamma_f(d + 1) * np.abs(gout, out=gout).sum(-1, keepdims=True)
-    avt = scratch("avt", av.shape[:-2] + av.shape[:-3:-1], F32)
+    avt = scratch(av.shape[:-2] + av.shape[:-3:-1], F32, key="att.avt")
     np.copyto(avt, np.swapaxes(av, -1, -2))  # contiguous (a transposed view: another GEMM)
-    ee = mag_mm(agt, avt, scratch("ee", ad.shape, F32))
+    ee = mag_mm(agt, avt, scratch(ad.shape, F32, key="att.ee"))
     ee *= const(gamma_f(d) * a2)
     ee += (e_d * a2 * (1 + 2.0**-22)).astype(F32)  # rounded up (the cast and its product)
     np.abs(ad, out=ad)

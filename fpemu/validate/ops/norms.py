@@ -48,8 +48,9 @@ from typing import Any
 
 import numpy as np
 
+from fpemu.backend import scratch
 from fpemu.validate.ops import Call, Out, bounded, exact, lazy, register
-from fpemu.validate.ops._fma import U32, boundary32, gamma, mad, row_dot, scratch, sum32
+from fpemu.validate.ops._fma import U32, boundary32, gamma, mad, row_dot, sum32
 from fpemu.validate.ops._moments import row_moments
 from fpemu.validate.ops._num import to
 
@@ -153,7 +154,7 @@ def _layer_norm_dwdb(
             dy, xhat = np.concatenate([dy, pad]), np.concatenate([xhat, pad])
         # the terms laid out step by step, contiguous (chunk, used, 2 cols): step i of thread t
         # is row t*chunk + i; products then dy
-        terms = scratch("norms.terms", (chunk, used, 2 * cols))
+        terms = scratch((chunk, used, 2 * cols), np.float64, key="norms.terms")
         d3 = dy.reshape(used, chunk, cols).transpose(1, 0, 2)
         x3 = xhat.reshape(used, chunk, cols).transpose(1, 0, 2)
         if fused:  # exact in float64
@@ -192,7 +193,7 @@ def _scan(terms: np.ndarray, risky_cols: int, buf: str) -> np.ndarray:
     # hist[k]: the buffer before step k (float64 copies of values of the buffer's format); one
     # scratch row for the float64 sum (keeping every step's sum measured 2x slower: the
     # detection forms them again, block by block); lists of contiguous row views
-    hist = scratch("norms.hist", (n_steps + 1, *terms.shape[1:]))
+    hist = scratch((n_steps + 1, *terms.shape[1:]), np.float64, key="norms.hist")
     hist[0] = 0
     s = np.empty(width)
     r32 = np.empty(width, _F)
