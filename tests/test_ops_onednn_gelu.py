@@ -19,7 +19,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from fpemu.validate.ops import _onednn, _onednn_bwd  # noqa: E402
+from fpemu.validate.ops import _fma, _onednn, _onednn_bwd  # noqa: E402
 from reference.arith import fma as ref_fma  # noqa: E402
 from reference.spec import FLOAT32  # noqa: E402
 
@@ -167,8 +167,9 @@ BWD_MIDPOINTS = [0x4CC8BEA0, 0x4CC8BEA1]
 
 
 def repaired(monkeypatch: pytest.MonkeyPatch, module: object) -> list[tuple[float, ...]]:
-    """A list that fills, as ``module`` runs, with the FMAs whose result its ``repair32``
-    changed: ``(a, b, c, the cast's float32, the repaired float32)``."""
+    """A list that fills, as the emulations run, with the FMAs whose result ``module``'s
+    ``repair32`` changed (both kernels' FMAs are ``_fma.fma32_into``, which calls
+    ``_fma.repair32``): ``(a, b, c, the cast's float32, the repaired float32)``."""
     real = module.repair32  # type: ignore[attr-defined]
     seen: list[tuple[float, ...]] = []
 
@@ -198,7 +199,7 @@ def check_repairs(seen: list[tuple[float, ...]], least: int) -> None:
 def test_forward_midpoint_repair(monkeypatch: pytest.MonkeyPatch) -> None:
     """The forward's Horner sums at these inputs land on float32 midpoints: repaired to the
     single rounding (the plain cast is wrong there); the results are torch's."""
-    seen = repaired(monkeypatch, _onednn)
+    seen = repaired(monkeypatch, _fma)
     pos = np.array([*FWD_MIDPOINTS, 0x3F800000], np.uint32)
     x = np.concatenate([pos, pos | np.uint32(0x80000000)]).view(np.float32)
     assert_bits(emu_fwd(x), torch_fwd(x), x, nan_sign=True)
@@ -210,7 +211,7 @@ def test_backward_midpoint_repair(monkeypatch: pytest.MonkeyPatch) -> None:
     """The same for the backward's FMA kernel."""
     if _onednn_bwd.kernel_fused() is not True:
         pytest.skip("oneDNN's GELU backward runs its unfused kernel here: no FMA to repair")
-    seen = repaired(monkeypatch, _onednn_bwd)
+    seen = repaired(monkeypatch, _fma)
     pos = np.array([*BWD_MIDPOINTS, 0x3F800000], np.uint32)
     x = np.concatenate([pos, pos | np.uint32(0x80000000)]).view(np.float32)
     assert_bits(emu_bwd(x), torch_bwd(x), x, nan_sign=False)

@@ -23,8 +23,8 @@ import numpy as np
 
 from fpemu.arith import round_to_odd
 
-__all__ = ["LANES", "U32", "boundary32", "fma32", "gamma", "grow", "mad", "repair32", "row_dot",
-           "sum32", "tree8"]  # fmt: skip
+__all__ = ["LANES", "U32", "boundary32", "fma32", "fma32_into", "gamma", "grow", "mad", "repair32",
+           "row_dot", "sum32", "tree8"]  # fmt: skip
 
 #: unit roundoff of float32
 U32 = 2.0**-24
@@ -107,6 +107,35 @@ def _blocks(big: np.ndarray, small: np.ndarray, c: np.ndarray, shape: tuple[int,
     if flagged:
         _repair_at(out, (big, small), c, np.concatenate(flagged), None)
     return out
+
+
+#: a float64 sum on a float32 midpoint: bits 28..0 of its significand are 1 then zeros
+_MID_MASK, _MID = np.array(0x1FFFFFFF, np.uint64), np.array(0x10000000, np.uint64)
+
+
+def fma32_into(out: np.ndarray, a: np.ndarray, b: np.ndarray, c: np.ndarray, *,
+               s: np.ndarray, low: np.ndarray, flag: np.ndarray) -> None:  # fmt: skip
+    """``out = RN32(a*b + c)`` for float64 arrays (or 0-d arrays) holding float32 values whose
+    exact sums are 0 or normal in float32 (the caller proves it), in the caller's buffers of
+    ``out``'s size (``s`` float64, ``low`` uint64, ``flag`` bool): the oneDNN emulations' hot
+    step. The float64 product is exact and the float64 sum ``s`` carries one rounding, so ``s``
+    rounds to float32 as the exact sum does except where it lies on a float32 midpoint; only
+    there :func:`repair32` redoes it. No subnormal test (:func:`boundary32`'s second): no
+    exact sum lands there. The operands in the kernel's order (a NaN's payload follows the
+    first).
+
+    >>> out = np.empty(1, np.float32); a = np.array([1 + 2.0**-12]); c = np.array(-(1 + 2.0**-11))
+    >>> fma32_into(out, a, a, c, s=np.empty(1), low=np.empty(1, np.uint64), flag=np.empty(1, bool))
+    >>> float(out[0]) == 2.0**-24
+    True
+    """
+    np.multiply(a, b, s)
+    np.add(s, c, s)
+    out[...] = s  # float64 to float32: round to nearest even
+    np.bitwise_and(s.view(np.uint64), _MID_MASK, low)
+    np.equal(low, _MID, flag)
+    if np.count_nonzero(flag):
+        repair32(out, (a, b), c, s, flag)
 
 
 def _by_power_of_two(a: np.ndarray, k: np.ndarray, c: np.ndarray) -> np.ndarray | None:

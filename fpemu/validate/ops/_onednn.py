@@ -25,9 +25,9 @@ import os
 
 import numpy as np
 
-from fpemu.validate.ops._fma import repair32
+from fpemu.validate.ops._fma import fma32_into
 
-__all__ = ["available", "bf16_flushes", "gelu_minimax"]
+__all__ = ["available", "bf16_flushes", "cpu_flags", "gelu_minimax"]
 
 _POL = np.array([
     # degree 0
@@ -66,18 +66,20 @@ _RBOUND = np.array([0x40B15CEE], np.uint32).view(np.float32)[0]
 
 
 @functools.cache
-def _flags() -> tuple[str, ...]:
+def cpu_flags() -> frozenset[str]:
+    """The CPU's feature flags (``/proc/cpuinfo``; empty where it cannot be read): what decides
+    which of oneDNN's kernels runs."""
     try:
         with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
-            return tuple(next((ln for ln in f if ln.startswith("flags")), "").split())
+            return frozenset(next((ln for ln in f if ln.startswith("flags")), "").split())
     except OSError:
-        return ()
+        return frozenset()
 
 
 def bf16_flushes() -> bool:
     """Whether oneDNN converts float32 to bfloat16 with ``vcvtneps2bf16`` (AVX512_BF16), which
     flushes subnormal inputs to zero (measured: torch's bfloat16 gelu of 2**-126 is 0)."""
-    return "avx512_bf16" in _flags()
+    return "avx512_bf16" in cpu_flags()
 
 
 @functools.cache
@@ -88,7 +90,7 @@ def available() -> bool:
         isa = os.environ.get(var, "").upper()
         if isa and not isa.startswith(("AVX512", "AVX10", "ALL")):
             return False
-    return all(f in _flags() for f in ("avx512f", "avx512bw", "avx512vl", "avx512dq"))
+    return all(f in cpu_flags() for f in ("avx512f", "avx512bw", "avx512vl", "avx512dq"))
 
 
 def gelu_minimax(x: np.ndarray) -> np.ndarray:
@@ -115,7 +117,6 @@ _BLOCK = 16384
 #: a float64 buffer for the Horner sum
 _POL64 = _POL.astype(np.float64)
 # operands as 0-d arrays: a NumPy call converts a scalar each time (measured 1 us a call)
-_MID_MASK, _MID = np.array(0x1FFFFFFF, np.uint64), np.array(0x10000000, np.uint64)
 _SIGN, _BIAS32 = np.array(-(2**31), np.int32), np.array(_BIAS, np.int32)
 _ONE, _HALF, _RB = np.array(1, np.float32), np.array(0.5, np.float32), np.array(_RBOUND)
 _I21, _I23 = np.array(21, np.int32), np.array(23, np.int32)
@@ -141,7 +142,7 @@ class _Work:
         Each Horner step is ``fma32(p, |x|, c)``: the float64 product is exact, the float64 sum
         ``s`` carries one rounding, and ``float32(s)`` is the single rounding of the exact sum
         except where ``s`` lies on a float32 rounding boundary. Only its midpoints need testing
-        (bits 28..0 of ``s`` are 1 then zeros: ``_fma.repair32`` then redoes the element), not
+        (bits 28..0 of ``s`` are 1 then zeros: ``_fma.fma32_into`` then redoes the element), not
         the float32 subnormal range (``_fma.boundary32``'s second test): no exact sum lands
         there. Every nonzero coefficient of columns 1..24 (the clamped index) has magnitude
         >= 2**-26 (the least is 0x32827792, about 2**-25.97) and is a multiple of 2**-49. A sum
@@ -154,7 +155,7 @@ class _Work:
         terms are thus multiples of 2**-75, and so is the exact sum: 0 or above 2**-75."""
         xp, bits, idx, flag = self.xp, self.bits, self.idx, self.flag
         x64, p64, c64, s64 = self.x64, self.p64, self.c64, self.s64
-        low, sbits = self.low, s64.view(np.uint64)
+        low = self.low
         np.abs(x, xp)
         # the interval: (bits(|x|) + bias) >> 21 in int32 (the addition wraps, as oneDNN's
         # vpaddd does), clamped to [1, 24]; beyond rbound 23 (NaN compares false: it keeps 24)
@@ -168,14 +169,8 @@ class _Work:
         x64[...] = xp  # exact: the Horner products are exact in float64
         np.take(_POL64[5], idx, out=p64, mode="clip")  # (idx is in [1, 24]: no clipping)
         for deg in (4, 3, 2, 1, 0):
-            np.multiply(p64, x64, s64)
             np.take(_POL64[deg], idx, out=c64, mode="clip")
-            np.add(s64, c64, s64)
-            y[...] = s64  # float64 to float32 rounds to nearest even
-            np.bitwise_and(sbits, _MID_MASK, low)
-            np.equal(low, _MID, flag)
-            if np.count_nonzero(flag):
-                repair32(y, (p64, x64), c64, s64, flag)
+            fma32_into(y, p64, x64, c64, s=s64, low=low, flag=flag)
             if deg:
                 p64[...] = y
         # P with the sign of x (oneDNN flips the sign bit), then 0.5 * (x * (1 + P))

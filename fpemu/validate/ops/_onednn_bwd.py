@@ -28,13 +28,13 @@ inputs, fused and unfused: identical, NaN bits included.
 
 from __future__ import annotations
 
-import functools
 import os
 from collections.abc import Callable
 
 import numpy as np
 
-from fpemu.validate.ops._fma import repair32
+from fpemu.validate.ops._fma import fma32_into
+from fpemu.validate.ops._onednn import cpu_flags as _flags
 
 __all__ = ["gelu_erf_bwd", "kernel_fused", "runs"]
 
@@ -86,15 +86,6 @@ def _isa_cap() -> str | None:
     return "" if not caps else caps.pop() if len(caps) == 1 else None
 
 
-@functools.cache
-def _flags() -> frozenset[str]:
-    try:
-        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
-            return frozenset(next((ln for ln in f if ln.startswith("flags")), "").split())
-    except OSError:
-        return frozenset()
-
-
 def kernel_fused() -> bool | None:
     """Which of oneDNN's kernels runs here: True for the FMA ones (the CPU has AVX2 and FMA and
     ``ONEDNN_MAX_CPU_ISA`` allows AVX2), False for SSE4.1/AVX (capped there, or a CPU without
@@ -135,7 +126,6 @@ def _s(v: float | np.float32) -> np.ndarray:
     return np.array(v, _F)
 
 
-_MID_MASK, _MID = np.array(0x1FFFFFFF, np.uint64), np.array(0x10000000, np.uint64)
 _SIGN, _U23 = np.array(-(2**31), np.int32), np.array(23, np.uint32)
 #: ``2**23 + 126``: added to an integer-valued float32 ``fx`` in [-126, 0] it gives the bits
 #: ``0x4B000000 + fx + 126`` (exact), whose shift by 23 is ``(fx + 126) << 23``
@@ -164,22 +154,9 @@ class _Work:
         self.ln_min = np.full(n, _LN_MIN, _F)
 
     def fma(self, out: np.ndarray, a: np.ndarray, b: np.ndarray, c: np.ndarray) -> None:
-        """``out = RN32(a*b + c)`` for float64 arrays (or 0-d arrays) ``a``, ``b``, ``c``
-        holding float32 values, where the exact sum is 0 or normal in float32: the float64
-        product is exact and the float64 sum ``s`` carries one rounding, so ``s`` rounds to
-        float32 as the exact sum does except where it lies on a float32 midpoint (bits 28..0 of
-        its significand ``1`` then zeros); only there ``_fma.repair32`` redoes it (TwoSum,
-        round-to-odd). Why no subnormal check (``_fma.boundary32``): at every call site in
-        :func:`_block` the exact sum is 0 or above ``2**-126`` in magnitude (see there). The
-        operands in the kernel's order (a NaN's payload follows the first)."""
-        s = self.s64
-        np.multiply(a, b, s)
-        np.add(s, c, s)
-        out[...] = s  # float64 to float32: round to nearest even
-        np.bitwise_and(s.view(np.uint64), _MID_MASK, self.low)
-        np.equal(self.low, _MID, self.flag)
-        if np.count_nonzero(self.flag):
-            repair32(out, (a, b), c, s, self.flag)
+        """``out = RN32(a*b + c)`` in this block's buffers (:func:`._fma.fma32_into`: its exact
+        sums are 0 or normal at every call site in :func:`_block`, see there)."""
+        fma32_into(out, a, b, c, s=self.s64, low=self.low, flag=self.flag)
 
     def horner(self, out: np.ndarray, v: np.ndarray, coefs: tuple[np.ndarray, ...]) -> None:
         """``out`` = the kernel's Horner polynomial in float32 ``v`` (``coefs``: 0-d float64,
