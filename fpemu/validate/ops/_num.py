@@ -11,6 +11,7 @@ Every rounding an emulation does is one of these calls, so a reader sees where a
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import ml_dtypes
@@ -18,7 +19,18 @@ import numpy as np
 
 from fpemu.rounding import round as fround
 
-__all__ = ["FLOATS", "LOW", "dtype", "fmt", "is_float", "max_ulps", "opmath", "to", "ulp"]
+__all__ = [
+    "FLOATS",
+    "LOW",
+    "blocked",
+    "dtype",
+    "fmt",
+    "is_float",
+    "max_ulps",
+    "opmath",
+    "to",
+    "ulp",
+]
 
 _DT: dict[str, np.dtype[Any]] = {
     "float64": np.dtype(np.float64),
@@ -169,3 +181,26 @@ def max_ulps(a: np.ndarray, b: np.ndarray, name: str) -> float:
             return 0.0
         top = float(d.max())  # NaN if any is NaN
     return float("inf") if top != top else top * 2.0 ** _MBITS[name]
+
+
+#: elements per block of :func:`blocked`
+BLOCK = 16384
+
+
+def blocked(fn: Callable[[np.ndarray], Any], x: Any, dtype: Any) -> np.ndarray:
+    """An elementwise ``fn`` of ``x`` applied block by block (:data:`BLOCK` elements in flat
+    C order) into a ``dtype`` array of ``x``'s shape: ``fn(x)``'s values with every temporary
+    in cache (measured on 512 x 512 float32: erf 23 to 14 ms, oneDNN's GELU 16 to 8 ms); an
+    ``x`` of one block or less is ``fn(x)`` itself.
+
+    >>> blocked(np.sqrt, np.full((300, 100), 4.0), np.float64)[299, 99]
+    np.float64(2.0)
+    """
+    a = np.asarray(x)
+    if a.size <= BLOCK:
+        return np.asarray(fn(a))
+    flat = np.ascontiguousarray(a).reshape(-1)
+    out = np.empty(flat.shape, dtype)
+    for i in range(0, flat.size, BLOCK):
+        out[i : i + BLOCK] = fn(flat[i : i + BLOCK])
+    return out.reshape(a.shape)
