@@ -42,20 +42,32 @@ def _axes(x: np.ndarray, dim: Any) -> tuple[int, ...]:
     return tuple(sorted(d % x.ndim if x.ndim else 0 for d in dims))
 
 
-def _sum_iv(x: np.ndarray, axes: tuple[int, ...], keep: bool, u: float) -> tuple[IV, int]:
-    """The exact sum (float64) and its bound; K the number of terms per output."""
+def _sum_center(x: np.ndarray, axes: tuple[int, ...], keep: bool,
+                u: float) -> tuple[np.ndarray, np.ndarray, int, float]:  # fmt: skip
+    """``x`` widened to float64, its float64 sum (the center), K the number of terms per output
+    and gamma_(K-1) of unit ``u``."""
     v = np.asarray(x, np.float64)
     k = math.prod(x.shape[a] for a in axes) if x.ndim else 1
-    if x.ndim:
-        total = np.sum(v, axis=axes, keepdims=keep)
-        # the magnitudes in v's own buffer where v is a copy (a widened 16-bit/float32 input):
-        # a second array of x's size costs more than its pass (measured)
-        absum = np.sum(np.abs(v, out=v if v is not x else None), axis=axes, keepdims=keep)
-    else:
-        total, absum = v, np.abs(v)
-    g = (k - 1) * u / (1 - (k - 1) * u) if k > 1 else 0.0
-    # NumPy's float64 pairwise sum of the center: within k * 2**-53 * sum|x|
-    return IV(total, g * absum + k * 2.0**-52 * absum), k
+    total = np.sum(v, axis=axes, keepdims=keep) if x.ndim else v
+    return v, total, k, (k - 1) * u / (1 - (k - 1) * u) if k > 1 else 0.0
+
+
+def _sum_err(x: np.ndarray, v: np.ndarray, axes: tuple[int, ...], keep: bool, k: int,
+             g: float) -> np.ndarray:  # fmt: skip
+    """The bound on the kernel's sum around :func:`_sum_center`'s center: ``gamma_(K-1)
+    sum|x|``, plus NumPy's float64 pairwise sum of the center (within ``k * 2**-53 * sum|x|``).
+    The magnitudes go in ``v``'s own buffer where ``v`` is a copy (a widened 16-bit/float32
+    input; the center is taken): a second array of x's size costs more than its pass
+    (measured)."""
+    mag = np.abs(v, out=v if v is not x and x.ndim else None)
+    absum = np.sum(mag, axis=axes, keepdims=keep) if x.ndim else mag
+    return np.asarray(g * absum + k * 2.0**-52 * absum)
+
+
+def _sum_iv(x: np.ndarray, axes: tuple[int, ...], keep: bool, u: float) -> tuple[IV, int]:
+    """The exact sum (float64) and its bound; K the number of terms per output."""
+    v, total, k, g = _sum_center(x, axes, keep, u)
+    return IV(total, _sum_err(x, v, axes, keep, k, g)), k
 
 
 def _name_dt(call: Call, x: np.ndarray) -> tuple[str, float]:
@@ -77,23 +89,16 @@ def sum_(call: Call) -> list[Out | None]:
         return [exact(np.asarray(r).astype(dtype(name)))]
     # the value now, the bound only where the watcher asks (where torch's result differs, in
     # few calls): its sum of magnitudes is as costly as the sum itself. The same numbers as
-    # ``iv_out(*_sum_iv(...))``: the same NumPy sums of the same float64 array, and iv_ends is
-    # elementwise, so its ends at some elements are its ends of the whole at those elements.
-    v = np.asarray(x, np.float64)
-    k = math.prod(x.shape[a] for a in axes) if x.ndim else 1
-    total = np.sum(v, axis=axes, keepdims=keep) if x.ndim else v
-    g = (k - 1) * u / (1 - (k - 1) * u) if k > 1 else 0.0
+    # ``iv_out(*_sum_iv(...))``: the same helpers, and iv_ends is elementwise, so its ends at
+    # some elements are its ends of the whole at those elements.
+    v, total, k, g = _sum_center(x, axes, keep, u)
     value = to(total, name)
     errs: list[np.ndarray] = []  # the whole err, formed on the first call
 
     def bound(idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         if not errs:
             with np.errstate(invalid="ignore", over="ignore"):
-                # in v's own buffer where v is a copy (done with it: the sum is taken)
-                mag = np.abs(v, out=v if v is not x and x.ndim else None)
-                absum = np.sum(mag, axis=axes, keepdims=keep) if x.ndim else mag
-                # NumPy's float64 sum of the center: within k * 2**-53 * sum|x| (as _sum_iv)
-                errs.append(np.ravel(g * absum + k * 2.0**-52 * absum))
+                errs.append(np.ravel(_sum_err(x, v, axes, keep, k, g)))
         return iv_ends(IV(np.ravel(total)[idx], errs[0][idx]), name)
 
     return [lazy(value, bound, _WHY)]

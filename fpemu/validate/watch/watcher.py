@@ -93,11 +93,13 @@ _HERE = frozenset(
         "zero_", "add", "add_", "sub", "sub_", "mul", "mul_", "div", "div_", "neg", "neg_",
         "abs", "abs_", "eq", "ne", "lt", "le", "gt", "ge", "where", "masked_fill",
         "masked_fill_", "lift_fresh", "lift_fresh_copy", "scalar_tensor", "full", "arange",
-        "addcdiv", "addcdiv_", "as_strided", "as_strided_",
+        "addcdiv", "addcdiv_", "as_strided_",
     }
 )  # fmt: skip
 #: ops whose emulation needs the first tensor's whole storage and its offset (``as_strided``
-#: places its view by an absolute storage offset): read before the op (``as_strided_`` moves it)
+#: places its view by an absolute storage offset): read before the op (``as_strided_`` moves it);
+#: judged here, the storage being torch's memory (``as_strided`` as a view, ``as_strided_`` by
+#: :data:`_HERE`)
 _STORAGE = frozenset({"aten.as_strided.default", "aten.as_strided_.default"})
 
 
