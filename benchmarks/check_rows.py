@@ -100,6 +100,7 @@ def main() -> None:
     ap.add_argument("--models", nargs="*", default=None)
     ap.add_argument("--seeds", nargs="*", type=int, default=[0])
     ap.add_argument("--worker", action="store_true", help="judge with the worker process")
+    ap.add_argument("--show", type=int, default=40, help="differences printed (40)")
     ap.add_argument("--dump", help=argparse.SUPPRESS)
     ap.add_argument("--root", default=str(ROOT), help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -141,7 +142,7 @@ def main() -> None:
     diffs = compare(runs["base"], runs["now"])
     n_rows = sum(len(v[0]) for k, v in runs["now"].items() if k != "fpemu")
     print(f"{len(runs['now']) - 1} runs, {n_rows} rows: {len(diffs)} differences")
-    for line in diffs[:40]:
+    for line in diffs[: args.show]:
         print("  " + line)
     sys.exit(1 if diffs else 0)
 

@@ -153,7 +153,12 @@ class Watcher:
         self._phases: list[str] = []
         self._stepped = False
         self._tracker: Any = None
-        self._paths: dict[tuple[str, ...], str] = {}  # the tracker's parents -> module path
+        # the tracker's parents at the last op, its module path, and when each module was last
+        # seen entering (a counter)
+        self._parents: set[str] = set()
+        self._path = ""
+        self._entered: dict[str, int] = {}
+        self._clock = 0
         self._internal = 0
         self.keras_path: list[str] = []
         self.node: Any = None  # the autograd node running the current op (backward only)
@@ -186,13 +191,23 @@ class Watcher:
             return ".".join(self.keras_path[1:])
         if self._tracker is None:
             return ""
-        key = tuple(self._tracker.parents)  # a few names: the path is remembered per set
-        path = self._paths.get(key)
-        if path is None:
-            parents = [p for p in key if p != "Global"]
-            deepest = max(parents, key=lambda p: (p.count("."), len(p))) if parents else ""
-            path = self._paths[key] = str(deepest.partition(".")[2])
-        return path
+        parents = self._tracker.parents
+        if parents == self._parents:  # most ops: the same modules as the op before
+            return self._path
+        # the tracker's parents are a set: the innermost running module is the one entered
+        # last (a module whose inputs need no gradient, an embedding, is never left in the
+        # backward: it stays in the set, and a module entered after it is the one running);
+        # those entered since the last op are ordered by depth, then name (deterministic: a
+        # set's order changes with the process's string hashes)
+        new = sorted(parents - self._parents, key=lambda p: (p.count("."), p))
+        for p in new:
+            self._entered[p] = self._clock
+            self._clock += 1
+        self._parents = set(parents)
+        inner = max((p for p in parents if p != "Global"), key=self._entered.__getitem__,
+                    default="")  # fmt: skip
+        self._path = str(inner.partition(".")[2])
+        return self._path
 
     @contextlib.contextmanager
     def in_phase(self, name: str) -> Iterator[None]:
