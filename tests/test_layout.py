@@ -18,7 +18,7 @@ PACKAGE = ROOT / "fpemu"
 #: Layer of each top-level part of fpemu; a module may import only from its own layer or lower.
 CORE = (
     "backend", "formats", "inputs", "rounding", "bits", "limits", "storage", "arith", "describe",
-    "parallel", "procpool", "offload", "daskarray",
+    "parallel", "procpool", "ring", "offload", "daskarray",
 )  # fmt: skip
 LAYERS: dict[str, int] = {
     **{f"fpemu.{name}": 0 for name in CORE},  # the numeric core

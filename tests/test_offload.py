@@ -223,3 +223,70 @@ def test_rows_are_judged_when_the_watched_program_raises() -> None:
         rows = [r for r in w.report().rows if r["op"] == "aten.mm.default"]
         assert rows and all(r["n"] == 256 * 256 for r in rows)  # judged: the count is set
     assert ops.TABLE["aten.mm.default"] is real
+
+
+def _sleep_pid(seconds: float) -> int:
+    time.sleep(seconds)
+    return os.getpid()
+
+
+def test_backlog_and_sending_ahead_by_cost() -> None:
+    """``backlog`` is the sum of the estimates of the calls not answered; ``pump(ahead=)``
+    sends the worker more than :data:`AHEAD` calls while their estimates sum to less; every
+    call's seconds are recorded where it ran."""
+    if procpool.start(1, timeout=120) == 0:
+        pytest.skip("no worker process here (FPEMU_PROCESSES=0 or one core): nothing to check")
+    q = offload.Queue()
+    assert q.ready()
+    for _ in range(6):
+        q.submit(_sleep_pid, 0.3, cost=1.0)
+    # (the first reply cannot have come: each call sleeps 0.3 s)
+    assert q.backlog() == 6.0
+    assert len(q._sent) == offload.AHEAD
+    q.pump(ahead=4.5)  # a caller about to be busy for 4.5 s sends 5 calls ahead
+    assert len(q._sent) == 5
+    pids = q.results()
+    q.close()
+    assert q.backlog() == 0.0
+    assert pids[:5] == [pids[0]] * 5 and pids[0] != os.getpid()
+    assert pids[5] == os.getpid()  # the one never sent: run here
+    assert sorted(q.seconds) == list(range(6))
+    # thread seconds of a call that sleeps: small, but measured (not left out)
+    assert all(0.0 <= s < 0.3 for s in q.seconds.values())
+
+
+@pytest.mark.parametrize("margin", [0.0, 1e9])
+def test_watch_rows_equal_whoever_judges(monkeypatch: pytest.MonkeyPatch, margin: float) -> None:
+    """Judging a call here or queueing it (the backlog rule's two extremes: judge here whenever
+    the worker has anything queued, never judge here) gives the rows judged all in one process;
+    the calls are large enough to be queued."""
+    torch = pytest.importorskip("torch")
+    import fpemu  # noqa: PLC0415
+    from fpemu.validate.watch import schedule  # noqa: PLC0415
+
+    procpool.start(1, timeout=120)
+
+    def run() -> tuple[list[tuple[str, str, str, int, float]], int]:
+        torch.manual_seed(0)
+        net = torch.nn.Sequential(torch.nn.Linear(128, 256), torch.nn.GELU(),
+                                  torch.nn.LayerNorm(256), torch.nn.Linear(256, 64))  # fmt: skip
+        opt = torch.optim.AdamW(net.parameters(), lr=1e-3)
+        x = torch.randn(64, 128, generator=torch.Generator().manual_seed(1))
+        with fpemu.watch() as w:
+            for _ in range(2):
+                with torch.autocast("cpu", dtype=torch.bfloat16):
+                    loss = net(x).float().square().mean()
+                loss.backward()
+                opt.step()
+                opt.zero_grad()
+        r = w.report()
+        rows = [(x["op"], x["verdict"], x["cause"], x["ndiff"], x["ulps"]) for x in r.rows]
+        return rows, r.settings["worker_judgements"]
+
+    monkeypatch.setattr(schedule, "MARGIN", margin)
+    with_worker, by_worker = run()
+    if procpool.capacity() and margin:
+        assert by_worker > 0 and schedule.COSTS  # queued, and the judgements were timed
+    monkeypatch.setenv("FPEMU_PROCESSES", "0")
+    assert run() == (with_worker, 0)
+    assert all(v in ("identical", "bounded") for _, v, _, _, _ in with_worker)

@@ -41,7 +41,8 @@ def to_numpy(t: Any, *, copy: bool = False) -> np.ndarray:
 
     ``copy=True`` for a tensor an in-place op is about to overwrite.
     """
-    t = t.detach()
+    if t.requires_grad:  # (NumPy's view of a tensor that needs no gradient needs no detach)
+        t = t.detach()
     if not t.is_cpu:
         t = t.cpu()
     if t.is_conj() or t.is_neg():
@@ -84,8 +85,7 @@ def tree_to_numpy(obj: Any, *, copy_ids: frozenset[int] = frozenset()) -> Any:
     """
     if not obj:
         return obj
-    types = _types()
-    tensor, dtype = types
+    tensor, dtype = _types()
     # one array per tensor: a tensor passed twice (addcmul_(s, g, g)) is one object, which a
     # worker's pickle then copies once
     seen: dict[int, np.ndarray] = {}

@@ -16,8 +16,7 @@ Plan(written=(), returns=3)
 
 from __future__ import annotations
 
-import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["UNDECLARED_WRITES", "Plan", "outputs", "plan", "written_ids"]
@@ -34,37 +33,64 @@ class Plan:
 
     written: tuple[int, ...]
     returns: int
+    #: per schema return: whether it is a new tensor (not an alias of an argument it writes)
+    fresh: tuple[bool, ...] = field(default=(), repr=False)
+    #: the schema's argument names (for an argument passed by keyword)
+    names: tuple[str, ...] = field(default=(), repr=False)
 
 
-@functools.cache
+#: id of an ATen overload -> (the overload, its Plan): the watcher asks for every op it sees,
+#: and an overload's own ``__hash__`` is a Python function (a dict by ``id`` is one lookup;
+#: overloads live as long as torch, and the stored one guards against a reused id)
+_PLANS: dict[int, tuple[Any, Plan]] = {}
+
+
 def plan(func: Any) -> Plan:
     """The :class:`Plan` of an ATen overload (cached per overload)."""
+    hit = _PLANS.get(id(func))
+    if hit is not None and hit[0] is func:
+        return hit[1]
     schema = func._schema
     written = [i for i, a in enumerate(schema.arguments) if a.alias_info and a.alias_info.is_write]
     written += [i for i in UNDECLARED_WRITES.get(str(func), ()) if i not in written]
-    fresh = sum(1 for r in schema.returns if not (r.alias_info and r.alias_info.is_write))
-    return Plan(tuple(written), fresh)
+    fresh = tuple(not (r.alias_info and r.alias_info.is_write) for r in schema.returns)
+    names = tuple(a.name for a in schema.arguments)
+    p = Plan(tuple(written), sum(fresh), fresh, names)
+    _PLANS[id(func)] = (func, p)
+    return p
 
 
-def _arg(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], i: int) -> Any:
+def _arg(p: Plan, args: tuple[Any, ...], kwargs: dict[str, Any], i: int) -> Any:
     if i < len(args):
         return args[i]
-    return kwargs.get(func._schema.arguments[i].name)
+    return kwargs.get(p.names[i])
+
+
+_TENSOR: Any = None
 
 
 def _flat(x: Any) -> list[Any]:
-    import torch  # noqa: PLC0415
+    global _TENSOR
+    if _TENSOR is None:
+        import torch  # noqa: PLC0415
 
-    if isinstance(x, torch.Tensor):
+        _TENSOR = torch.Tensor
+    if isinstance(x, _TENSOR):
         return [x]
     if isinstance(x, (list, tuple)):
         return [t for item in x for t in _flat(item)]
     return []
 
 
+_NONE: frozenset[int] = frozenset()
+
+
 def written_ids(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> frozenset[int]:
     """``id`` of every tensor argument the op will overwrite."""
-    return frozenset(id(t) for i in plan(func).written for t in _flat(_arg(func, args, kwargs, i)))
+    p = plan(func)
+    if not p.written:
+        return _NONE
+    return frozenset(id(t) for i in p.written for t in _flat(_arg(p, args, kwargs, i)))
 
 
 def outputs(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> list[Any]:
@@ -73,10 +99,9 @@ def outputs(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], result: An
     fresh: list[Any] = []
     if p.returns:
         rets = result if isinstance(result, tuple) else (result,)
-        schema_rets = func._schema.returns
-        for r, value in zip(schema_rets, rets, strict=False):
-            if not (r.alias_info and r.alias_info.is_write):
+        for is_fresh, value in zip(p.fresh, rets, strict=False):
+            if is_fresh:
                 fresh += _flat(value)
     for i in p.written:
-        fresh += _flat(_arg(func, args, kwargs, i))
+        fresh += _flat(_arg(p, args, kwargs, i))
     return fresh

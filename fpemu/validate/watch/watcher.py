@@ -6,7 +6,12 @@ to overwrite), lets torch run the op, converts its outputs, and asks the op's em
 local to the op that made it. Where a worker process is ready, the judgements that cost more
 than copying their operands go to a queue (:mod:`fpemu.offload`) and the step goes on; their
 verdicts are put into the rows when the report is asked for or the block ends
-(:meth:`Watcher.settle`): the same verdicts, made on the other core. It also notes where the
+(:meth:`Watcher.settle`): the same verdicts, made on the other core. A judgement is made here
+instead when the worker already has more queued than it costs (each kind of call is timed, in
+either process: :mod:`.schedule`): the worker stays busy meanwhile, and no copy is made of
+operands this thread would have judged at the end anyway (the calls the worker has not reached
+when the block ends are taken back); where the worker falls behind (a machine whose second core
+is busy), more is judged here. It also notes where the
 op ran: the training step, the phase
 (``forward``, ``backward``: inside autograd's engine, ``optimizer``: inside ``optimizer.step``
 or ``zero_grad``, ``scaler``: inside a ``GradScaler`` method) and the module (torch's
@@ -25,7 +30,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from fpemu.validate.ops import Call, builtin, lookup
-from fpemu.validate.watch import layouts
+from fpemu.validate.watch import layouts, schedule
 from fpemu.validate.watch.convert import dtype_name, tensor_dtypes, to_numpy, tree_to_numpy
 from fpemu.validate.watch.schema import outputs as op_outputs
 from fpemu.validate.watch.schema import written_ids
@@ -57,7 +62,7 @@ def _info_of(func: Any) -> tuple[str, bool, bool, bool]:
     name = str(func)
     skip = name in _SKIP or name.startswith(_SKIP_NS)
     view = _is_view(func)
-    return name, skip, view or name.split(".")[1] in _HERE, view
+    return name, skip, view or name.split(".")[1] in schedule.HERE, view
 
 
 #: random-number ops: their values come from torch's generator, there is nothing to recompute
@@ -83,43 +88,16 @@ _RANDOM = dict.fromkeys(
 )
 
 
-#: ops judged in the step's thread even where a worker runs the others: one correctly rounded
-#: operation per element, cheaper to judge than to copy for a worker (measured on the bench
-#: GPT: a cast or an optimizer's ``mul_``/``add_``/``div`` costs about as much to queue as to
-#: judge; a GEMM, attention, a norm or a libm function many times more)
-_HERE = frozenset(
-    {
-        "_to_copy", "copy_", "clone", "zeros_like", "ones_like", "empty_like", "fill_",
-        "zero_", "add", "add_", "sub", "sub_", "mul", "mul_", "div", "div_", "neg", "neg_",
-        "abs", "abs_", "eq", "ne", "lt", "le", "gt", "ge", "where", "masked_fill",
-        "masked_fill_", "lift_fresh", "lift_fresh_copy", "scalar_tensor", "full", "arange",
-        "addcdiv", "addcdiv_", "as_strided_",
-    }
-)  # fmt: skip
 #: ops whose emulation needs the first tensor's whole storage and its offset (``as_strided``
 #: places its view by an absolute storage offset): read before the op (``as_strided_`` moves it);
 #: judged here, the storage being torch's memory (``as_strided`` as a view, ``as_strided_`` by
-#: :data:`_HERE`)
+#: :data:`.schedule.HERE`)
 _STORAGE = frozenset({"aten.as_strided.default", "aten.as_strided_.default"})
 
 
 #: seconds between two moves of the queue between ops (each reads the worker's pipe: a system
 #: call; the worker holds a few calls ahead, several hundred microseconds of work)
 _PUMP_EVERY = 1e-4
-
-
-#: a call whose arrays hold fewer elements is judged in the step's thread: queueing one costs
-#: ~75 us of the two processes' time (measured: a pickle, the ring, two pipe messages), more
-#: than judging an optimizer's update of a bias or a norm's weight
-_SMALL = 4096
-
-
-def _small(call: Call) -> bool:
-    n = 0
-    for a in (*call.args, *call.options["outputs"]):
-        if hasattr(a, "size"):
-            n += a.size
-    return n < _SMALL
 
 
 def _is_view(func: Any) -> bool:
@@ -170,7 +148,7 @@ class Watcher:
         self._mkldnn = torch._C._get_mkldnn_enabled
         self.seconds = 0.0
         self._queue: Any = None  # fpemu.offload.Queue while installed, where workers may run
-        self._queued: list[tuple[dict[str, Any], int]] = []
+        self._queued: list[tuple[dict[str, Any], tuple[Any, ...], int]] = []  # row, key, ticket
         self._pumped = 0.0  # when the queue was last moved along
         self.worker_judgements = 0  # judgements a worker process made (the rest: this one)
 
@@ -306,16 +284,30 @@ class Watcher:
                 apply(row, fields)
                 if by_layout and layout is not None:
                     layouts.remember(key, layout)
-            elif (here or self._queue is None or not builtin(name) or _small(call)
-                  or not self._queue.ready()):  # fmt: skip
+            elif here or self._queue is None or not builtin(name):
                 apply(row, judge_call(call))
             else:
-                self._queued.append((row, self._queue.submit(judge_call, call)))
+                self._judge_or_queue(row, call)
         self.policy.check(row, name, args, kwargs, outs, self)
         self.procedure.op(row, name, args, kwargs, outs, self)
         self.rows.append(row)
         self.seconds += (time.perf_counter() - t2) + (t1 - t0)
         return result
+
+    def _judge_or_queue(self, row: dict[str, Any], call: Call) -> None:
+        """Judge ``call`` here, now, or queue it for the worker (:func:`.schedule.decide`)."""
+        queue = self._queue
+        where = schedule.decide(queue, call)
+        if where.queue and where.key is not None:
+            ticket = queue.submit(judge_call, call, cost=where.cost)
+            self._queued.append((row, where.key, ticket))
+            return
+        if where.key is not None:
+            queue.pump(ahead=where.cost + schedule.AHEAD)  # the worker's work meanwhile
+        t0 = time.thread_time()
+        apply(row, judge_call(call))
+        if where.key is not None:
+            schedule.learn(where.key, time.thread_time() - t0)
 
     def settle(self) -> None:
         """Put the verdicts of the queued judgements into their rows (waiting for them; the
@@ -324,8 +316,10 @@ class Watcher:
             return
         t0 = time.perf_counter()
         fields = self._queue.results()
-        for row, ticket in self._queued:
+        seconds = self._queue.seconds
+        for row, key, ticket in self._queued:
             apply(row, fields[ticket])
+            schedule.learn(key, seconds[ticket])
         self._queued.clear()
         self.worker_judgements = self._queue.worker_calls
         self.seconds += time.perf_counter() - t0
