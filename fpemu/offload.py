@@ -64,15 +64,15 @@ class Queue:
     """
 
     def __init__(self) -> None:
-        self._msgs: dict[int, list[Any]] = {}  # ticket -> pickled call, until it is done
+        self._msgs: dict[int, bytes] = {}  # ticket -> the framed pickle of a call, until done
         self._pending: deque[int] = deque()  # not sent: the worker's from the left
         self._sent: deque[int] = deque()  # written (the first maybe in part), no reply yet
-        self._writing: list[memoryview] = []  # what is left of the message being written
+        self._writing = memoryview(b"")  # what is left of the messages being written
         self._results: dict[int, tuple[bool, Any]] = {}  # ticket -> (ok, value or exception)
         self._cost: dict[int, float] = {}  # ticket -> the caller's estimate, until it is done
         self._backlog = 0.0  # the sum of those estimates
         self._in_flight = 0.0  # the sum of those of the calls written to the worker
-        #: ticket -> the seconds its call took (thread time, where it ran)
+        #: ticket -> the seconds its call took (wall clock, where it ran)
         self.seconds: dict[int, float] = {}
         self._count = 0
         #: calls the worker ran (the others ran in the caller)
@@ -125,7 +125,7 @@ class Queue:
         self.pump()
         return ticket
 
-    def _encode(self, ticket: int, obj: Any) -> list[Any]:
+    def _encode(self, ticket: int, obj: Any) -> bytes:
         """The message of a call: a pickle in which each array is its place in the ring (its
         elements copied there, strides and all: an emulation may read the layout), or raise
         :class:`StayError`."""
@@ -144,7 +144,8 @@ class Queue:
             ring.free(ticket)
             raise
         head = f.getbuffer()
-        return [struct.pack("<2Q", 1, head.nbytes), head]
+        # one buffer: the worker's frame (one part, its size), then the pickle
+        return struct.pack("<2Q", 1, head.nbytes) + head
 
     def backlog(self) -> float:
         """Seconds of work queued and not answered yet, by the callers' estimates (a caller
@@ -208,20 +209,23 @@ class Queue:
             while True:
                 if not self._writing:
                     # a few calls ahead of the worker: the rest stay here, for the caller to
-                    # take back from the end when it wants the results
-                    if not self._pending or (len(self._sent) >= AHEAD
-                                             and self._in_flight >= ahead):  # fmt: skip
+                    # take back from the end when it wants the results; those sent now go in
+                    # one write (each write wakes the worker: on a loaded machine a wake-up
+                    # may cost this thread its core for a while)
+                    batch = []
+                    while self._pending and (len(self._sent) < AHEAD
+                                             or self._in_flight < ahead):  # fmt: skip
+                        ticket = self._pending.popleft()
+                        self._sent.append(ticket)
+                        self._in_flight += self._cost.get(ticket, 0.0)
+                        batch.append(self._msgs[ticket])
+                    if not batch:
                         return
-                    ticket = self._pending.popleft()
-                    self._sent.append(ticket)
-                    self._in_flight += self._cost.get(ticket, 0.0)
-                    self._writing = [memoryview(p).cast("B") for p in self._msgs[ticket]]
-                head = self._writing[0]
-                n = os.write(w.wfd, head)  # not blocking: a full pipe raises
-                if n < head.nbytes:
-                    self._writing[0] = head[n:]
+                    self._writing = memoryview(b"".join(batch))
+                n = os.write(w.wfd, self._writing)  # not blocking: a full pipe raises
+                self._writing = self._writing[n:]
+                if self._writing:
                     return
-                self._writing.pop(0)
         except BlockingIOError:
             return
         except (OSError, EOFError):
@@ -246,9 +250,8 @@ class Queue:
         if w is not None and not self._dead:
             try:
                 os.set_blocking(w.wfd, True)
-                for part in self._writing:
-                    procpool._write(w.wfd, [part])
-                self._writing = []
+                procpool._write(w.wfd, [self._writing])
+                self._writing = memoryview(b"")
                 while self._sent:
                     self._reply()
             except (OSError, EOFError):
@@ -259,7 +262,7 @@ class Queue:
 
     def _died(self) -> None:
         self._dead = True
-        self._writing = []
+        self._writing = memoryview(b"")
 
     def _run_one(self) -> bool:
         """Run the newest call not sent to the worker, here; False when there is none."""
@@ -271,7 +274,7 @@ class Queue:
     def _run_here(self, ticket: int) -> None:
         import numpy as np  # noqa: PLC0415
 
-        _, head = self._msgs[ticket]
+        head = memoryview(self._msgs[ticket])[16:]  # (the frame's 16 bytes first)
         _, _, (fn, *args), _, err = pickle.loads(head)  # arrays: read-only views of the ring
         with np.errstate(**err):
             self._finish(ticket, _timed_here(fn, args))
@@ -289,15 +292,15 @@ class Queue:
 
 
 def _timed(fn: Any, *args: Any) -> tuple[bool, Any, float]:
-    """``fn(*args)`` as ``(ok, value or the exception, thread seconds)``: what a queued call
+    """``fn(*args)`` as ``(ok, value or the exception, seconds)``: what a queued call
     sends back (the worker runs this; the caller learns what each kind of call costs)."""
     return _timed_here(fn, args)
 
 
 def _timed_here(fn: Any, args: Any) -> tuple[bool, Any, float]:
-    t0 = time.thread_time()
+    t0 = time.perf_counter()
     try:
         value = fn(*args)
     except Exception as exc:  # re-raised in ticket order by results()
-        return False, exc, time.thread_time() - t0
-    return True, value, time.thread_time() - t0
+        return False, exc, time.perf_counter() - t0
+    return True, value, time.perf_counter() - t0

@@ -331,8 +331,10 @@ def _from_bits(bits: Any, name: str) -> Any:
 
 
 def _write(fd: int, parts: list[Any]) -> None:
-    for part in parts:
-        view = memoryview(part).cast("B")
+    views = [memoryview(p).cast("B") for p in parts]
+    if len(views) > 1 and sum(v.nbytes for v in views) <= 2**16:
+        views = [memoryview(b"".join(views))]  # a small message in one system call
+    for view in views:
         while view.nbytes:
             view = view[os.write(fd, view) :]
 

@@ -63,7 +63,7 @@ MARGIN = 2e-2
 #: cannot be taken back at the end)
 AHEAD = 1e-3
 #: (op, its arguments' shapes) -> the seconds its last judgements took (a moving average of
-#: the thread time, here or in the worker), for this process
+#: the wall-clock time, here or in the worker), for this process
 COSTS: dict[tuple[Any, ...], float] = {}
 #: most entries of :data:`COSTS` (a program of ever new shapes does not grow it for ever)
 MAX_COSTS = 4096

@@ -304,10 +304,10 @@ class Watcher:
             return
         if where.key is not None:
             queue.pump(ahead=where.cost + schedule.AHEAD)  # the worker's work meanwhile
-        t0 = time.thread_time()
+        t0 = time.perf_counter()
         apply(row, judge_call(call))
         if where.key is not None:
-            schedule.learn(where.key, time.thread_time() - t0)
+            schedule.learn(where.key, time.perf_counter() - t0)
 
     def settle(self) -> None:
         """Put the verdicts of the queued judgements into their rows (waiting for them; the
