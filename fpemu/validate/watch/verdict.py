@@ -26,6 +26,7 @@ import numpy as np
 
 from fpemu.validate.ops import Call, Out, lookup
 from fpemu.validate.ops._num import FLOATS, max_ulps, to
+from fpemu.validate.ops._num import dtype as dtype_of
 from fpemu.validate.ops._num import fmt as fmt_name
 
 __all__ = ["ORDER", "Judged", "apply", "judge", "judge_call", "judge_view"]
@@ -70,8 +71,15 @@ def _address(a: np.ndarray) -> int:
     return int(a.__array_interface__["data"][0])
 
 
+#: the dtypes of :data:`FLOATS` (a set lookup: ``dtype.name`` of an ml_dtypes type costs ~0.6 us)
+_FLOAT_DTYPES = frozenset(dtype_of(n) for n in FLOATS)
+
+
 def _is_float(a: np.ndarray) -> bool:
-    return a.dtype.kind == "f" or a.dtype.name in FLOATS
+    """A float format: NumPy's (kind "f") or one of :data:`FLOATS` (ml_dtypes'), found by
+    dtype first and by name only for the others (the same answer)."""
+    dt = a.dtype
+    return dt in _FLOAT_DTYPES or dt.kind == "f" or dt.name in FLOATS
 
 
 def judge(t: np.ndarray, out: Out) -> Judged:
