@@ -35,8 +35,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["TABLE", "Call", "Emulation", "Out", "bounded", "builtin", "exact", "lazy", "lookup",
-           "names", "register"]  # fmt: skip
+__all__ = ["TABLE", "Call", "Emulation", "Out", "bounded", "builtin", "exact", "gather", "lazy",
+           "lookup", "names", "register"]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -127,12 +127,28 @@ class Out:
             return None
 
         def at(a: Any) -> np.ndarray:
-            arr = np.asarray(a)
-            if arr.shape != shape:
-                arr = np.broadcast_to(arr, shape)
-            return np.asarray(arr.reshape(-1)[idx], np.float64)
+            return np.asarray(gather(a, shape, idx), np.float64)
 
         return at(self.center if self.center is not None else self.value), at(self.err)
+
+
+def gather(a: Any, shape: tuple[int, ...], idx: np.ndarray) -> np.ndarray:
+    """``a`` broadcast to ``shape``, at the flat (C order) indices ``idx``: the elements of
+    ``np.broadcast_to(a, shape).reshape(-1)[idx]``, without making that whole array (which
+    reshaping a broadcast view does: a scalar err would cost an array of the output's size
+    at every judged output). Raises where ``broadcast_to`` raises.
+
+    >>> gather(np.float32([1.0, 2.0, 3.0]), (2, 3), np.array([1, 5])).tolist()
+    [2.0, 3.0]
+    """
+    arr = np.asarray(a)
+    if arr.shape == shape and arr.flags.c_contiguous:
+        return np.asarray(arr.reshape(-1)[idx])  # a view: the same flat order
+    view = np.broadcast_to(arr, shape)  # (``shape`` is not () here: that raised, or was met)
+    if arr.ndim == 0:
+        return np.full(np.shape(idx), arr, arr.dtype)  # every element is the scalar
+    # the same elements: unravel_index inverts the C-order flattening of ``shape``
+    return np.asarray(view[np.unravel_index(idx, shape)])
 
 
 #: one emulation: the call -> one Out (or None: not judged) per tensor output

@@ -158,27 +158,39 @@ def ulp(v: Any, name: str) -> np.ndarray:
     return out
 
 
-def max_ulps(a: np.ndarray, b: np.ndarray, name: str) -> float:
+def max_ulps(a: np.ndarray, b: np.ndarray, name: str, *, overwrite: bool = False) -> float:
     """``max(|a - b| / ulp(min(|a|, |b|)))`` over float64 arrays of values of format ``name``
     (inf where any term is NaN): :func:`ulp`'s distance, in fewer passes (the judge takes it
-    over every differing element of an output).
+    over every differing element of an output). ``overwrite``: ``a`` and ``b`` are the
+    caller's temporaries, used as work space (their values are lost): one array made instead
+    of two.
 
     >>> max_ulps(np.array([1.0, 2.0]), np.array([1.0 + 2**-23, 2.0 + 2**-21]), "float32")
     2.0
     """
+    if not np.size(a):
+        return 0.0
+    a, b = np.asarray(a), np.asarray(b)
+    if a.shape != b.shape or a.ndim == 0:  # (NumPy gives scalars, not arrays, for 0-d)
+        a, b = np.broadcast_arrays(np.atleast_1d(a), np.atleast_1d(b))
+        overwrite = False
     with np.errstate(invalid="ignore", over="ignore"):
-        d = np.subtract(a, b)
+        if overwrite:
+            d = np.subtract(a, b)
+            m = np.abs(a, out=a)
+            np.minimum(m, np.abs(b, out=b), out=m)  # NaN propagates: d / m is NaN, inf below
+        else:
+            m = np.abs(a)
+            d = np.abs(b)
+            np.minimum(m, d, out=m)
+            np.subtract(a, b, out=d)
         np.abs(d, out=d)
-        m = np.abs(a)
-        np.minimum(m, np.abs(b), out=m)  # NaN propagates: then d / m is NaN, inf below
         np.maximum(m, 2.0 ** _EMIN[name], out=m)
         # 2**floor(log2 m) in place (m normal, inf or NaN: inf's and NaN's field gives inf,
         # and d is then inf or NaN, which :func:`ulp`'s rule for them also gives)
         mb = m.view(np.uint64)
         np.bitwise_and(mb, np.uint64(0x7FF0000000000000), out=mb)
         np.divide(d, m, out=d)
-        if not d.size:
-            return 0.0
         top = float(d.max())  # NaN if any is NaN
     return float("inf") if top != top else top * 2.0 ** _MBITS[name]
 

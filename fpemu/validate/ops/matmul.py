@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from fpemu.validate.ops import Call, Out, exact, lazy, register
+from fpemu.validate.ops import Call, Out, exact, gather, lazy, register
 from fpemu.validate.ops._exact import exact32
 from fpemu.validate.ops._num import fmt, to
 
@@ -108,19 +108,19 @@ def gemm(
     def bound(idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(center, err)`` at flat output indices: sum|a||b| by gathered dot products where
         few elements are asked for (a 2-D product), else the whole GEMM of magnitudes."""
-        gather = a_.ndim == 2 and b_.ndim == 2 and idx.size * _GATHER <= s.size
+        by_rows = a_.ndim == 2 and b_.ndim == 2 and idx.size * _GATHER <= s.size
         aa = bb = None
-        if not gather:
+        if not by_rows:
             aa, bb = np.abs(a_), np.abs(b_)
         flush: Any = 0.0
-        if low and not gather:  # without a subnormal operand, only the K + 3 flushed results
+        if low and not by_rows:  # without a subnormal operand, only the K + 3 flushed results
             flush = (
                 _flushed(aa, bb, fmt(a), fmt(b), abs(alpha))
                 if aa is not None and bb is not None and (sub_a or sub_b)
                 else (k + 3) * 2.0**-126
             )
         with np.errstate(over="ignore"):
-            if gather:
+            if by_rows:
                 i, j = np.divmod(idx, shape[-1])
                 ga, gb = np.abs(a_[i].astype(np.float64)), np.abs(b_.T[j].astype(np.float64))
                 mag = np.einsum("ik,ik->i", ga, gb)
@@ -130,7 +130,7 @@ def gemm(
                 if alpha != 1.0:
                     mag *= abs(alpha)
                 if cabs is not None:
-                    mag += np.broadcast_to(cabs, shape).reshape(-1)[idx]
+                    mag += gather(cabs, shape, idx)  # (not the whole broadcast array)
             else:
                 assert aa is not None and bb is not None
                 full = np.matmul(aa, bb)
@@ -141,8 +141,8 @@ def gemm(
                 mag = np.asarray(full, np.float64).reshape(-1)[idx]
             err = mag * fac + floor
             if np.any(flush):
-                if not (gather and np.ndim(flush)):  # a scalar, or the whole output's terms
-                    flush = np.broadcast_to(flush, shape).reshape(-1)[idx]
+                if not (by_rows and np.ndim(flush)):  # a scalar, or the whole output's terms
+                    flush = gather(flush, shape, idx)
                 err = err + flush * (1 + 2.0**-20)
         return np.asarray(s).reshape(-1)[idx].astype(np.float64), err
 
@@ -158,7 +158,11 @@ def gemm(
 
     def quick(idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         c = np.asarray(s).reshape(-1)[idx].astype(np.float64)
-        return c, np.maximum(np.abs(c) - cfloor, 0.0) * q
+        e = np.abs(c)  # max(|c| - cfloor, 0) * q, the same operations in place
+        e -= cfloor
+        np.maximum(e, 0.0, out=e)
+        e *= q
+        return c, e
 
     return lazy(value, bound, reason, quick=quick)
 
