@@ -105,13 +105,14 @@ def lesson_double_rounding(con: Console) -> None:
     """Rounding float64 through float32 first can give a different (wrong) answer."""
     x = 1 + 2**-8 + 2**-40
     ours = float(fpemu.round(x, "bf16"))
-    theirs = float(np.array([x]).astype(ml_dtypes.bfloat16)[0])
+    # float64 -> float32 -> bfloat16, as torch's CPU casts a double (ml_dtypes' own float64
+    # astype rounds once since 0.7; before, it went through float32 too)
+    via32 = float(np.array([x], np.float32).astype(ml_dtypes.bfloat16)[0])
     con.print("[bold]5. Double rounding: float64 -> bfloat16[/bold]")
     con.print("   x = 1 + 2**-8 + 2**-40 lies just above the midpoint between 1 and 1.0078125")
     con.print(f"   fpemu (directly from float64): {ours}")
-    con.print(
-        f"   via float32 first (ml_dtypes' astype): {theirs}  <- the midpoint tie went to even\n"
-    )
+    con.print(f"   via float32 first (x.float().bfloat16()): {via32}")
+    con.print("   float32 keeps 1 + 2**-8, exactly the midpoint; its tie goes to even\n")
 
 
 def lesson_accumulation(con: Console) -> None:
