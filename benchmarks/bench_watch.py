@@ -10,9 +10,11 @@ idle), and with ``FPEMU_PROCESSES=0`` (everything in the step's own thread). Col
 watch's own time in this process (conversion, queueing, the judgements it made itself) from
 its counter (median over rounds), and how many judgements the worker made (last round).
 Ratio: the median over rounds of the watched step's time / the bare step's in the same round.
-On a shared machine pin torch's threads so the baseline is not distorted:
-``OMP_NUM_THREADS=1 python benchmarks/bench_watch.py [--repeats N]`` (torch's default
-threads: leave it unset; the worker then shares the cores with torch).
+torch runs on one thread (``--threads 1``, the default: the worker uses the core torch leaves
+idle, and a shared machine's other core does not distort the baseline); ``--threads 0`` keeps
+torch's default (then torch's OpenMP threads spin between ops on the worker's core: see
+docs/validate-your-model.md). ``python benchmarks/bench_watch.py [--repeats N] [--configs bf16
+fp32 fp16]``.
 """
 
 from __future__ import annotations
@@ -60,7 +62,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--configs", nargs="+", default=["bf16", "fp32", "fp16"])
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch's intra-op threads (1; 0: torch's default)")  # fmt: skip
     args = ap.parse_args()
+    if args.threads < 0:
+        ap.error(f"--threads must be 0 (torch's default) or more, got {args.threads}")
+    if args.threads:
+        torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
           f"capability {torch.backends.cpu.get_cpu_capability()}")  # fmt: skip
     ready = procpool.start(1, timeout=120)
