@@ -43,6 +43,7 @@ import numpy as np
 from fpemu.validate.ops import Call, Out, exact, lazy, register
 from fpemu.validate.ops._exact import exact32
 from fpemu.validate.ops._num import fmt, to
+from fpemu.validate.ops._wide import has_subnormal, widen32
 
 __all__ = ["emulated_model", "exact32", "gemm"]
 
@@ -164,17 +165,15 @@ def gemm(
 
 
 def _widened(x: np.ndarray) -> np.ndarray:
-    """``x`` as float32 (exact for the low formats and float32) or float64 as it is."""
-    return x if x.dtype in (np.float32, np.float64) else x.astype(np.float32)
+    """``x`` as float32 (exact for the low formats and float32: :func:`widen32`, integer passes
+    with ``astype``'s bits and layout) or float64 as it is."""
+    if x.dtype == np.float64:
+        return x
+    return widen32(x) if fmt(x) in _FIELDS else x.astype(np.float32)
 
 
-#: format -> (unsigned view, the largest subnormal's bits, magnitude mask): its subnormals are
-#: the magnitudes from 1 to the largest subnormal's word
-_FIELDS = {
-    "bfloat16": ("u2", 0x007F, 0x7FFF),
-    "float16": ("u2", 0x03FF, 0x7FFF),
-    "float32": ("u4", 0x007FFFFF, 0x7FFFFFFF),
-}
+#: the formats :func:`has_subnormal` reads
+_FIELDS = ("bfloat16", "float16", "float32")
 #: a lazy bound gathers sum|a||b| element by element (float64 dot products of gathered rows)
 #: when it is asked for at most 1/_GATHER of the outputs, else one float32 GEMM of the
 #: magnitudes: measured on a 512x128x512 product, 1,000 gathered elements cost about that GEMM
@@ -190,10 +189,7 @@ def _subnormal(x: np.ndarray, *, own: bool = False) -> bool:
         return False  # float16 values are normal float32 numbers
     if name not in _FIELDS or not x.size:
         return name == "float64" and _below(x, _F32_TINY)
-    view, top, mag = _FIELDS[name]
-    m = np.bitwise_and(x.view(view), mag)  # the magnitude's bits
-    m -= 1  # wraps a zero around to the largest word: subnormal <=> m - 1 < the top
-    return bool(m.min() < top)  # a reduction: no boolean array
+    return has_subnormal(x)  # bfloat16's subnormals are float32's; float32's its own
 
 
 def _below(x: np.ndarray, tiny: Any) -> bool:
