@@ -115,8 +115,11 @@ def differences(old: Any, new: Any, call: Call) -> list[str]:
         fo, fn = _fields(o, probes), _fields(n, probes)
         if fo != fn:
             names = ["value", "exact", "reason", "lazy", "quick", "center", "err", "bounds"]
-            which = [names[min(i, 7)] for i, (x, y) in enumerate(zip(fo or [], fn or [],
-                                                                     strict=False)) if x != y]
+            which = [
+                names[min(i, 7)]
+                for i, (x, y) in enumerate(zip(fo or [], fn or [], strict=False))
+                if x != y
+            ]
             bad.append(f"output {k}: {which or 'kind'}")  # fmt: skip
     if repr(judged(old, call)) != repr(judged(new, call)):
         bad.append("judged row")
@@ -150,8 +153,11 @@ def main() -> None:
             for call in calls[op]:
                 bad += differences(old_fn, new_fn, call)
                 if not args.no_time:
-                    o, n = interleaved(lambda: old_fn(call),  # noqa: B023
-                                       lambda: new_fn(call), args.repeats)  # noqa: B023
+                    o, n = interleaved(
+                        lambda call=call, fn=old_fn: fn(call),
+                        lambda call=call, fn=new_fn: fn(call),
+                        args.repeats,
+                    )
                     old_t, new_t = old_t + o, new_t + n
             failed += len(bad)
             tot_o, tot_n = tot_o + old_t, tot_n + new_t

@@ -100,6 +100,25 @@ def test_widen32_float16_under_flush_to_zero_takes_the_cast() -> None:
     assert not _wide._daz()
 
 
+@pytest.mark.parametrize("name", ["bfloat16", "float16", "float32"])
+def test_widen32_sub_equals_widen32_and_has_subnormal(name: str) -> None:
+    """Every 16-bit pattern (float32: every class of word), with and without inf/NaN, each
+    pattern alone among normal numbers for the subnormal test, and in every layout."""
+    x = CODES.view(DTYPES[name]) if name in DTYPES else _words("float16").view(np.float32)
+    finite = x[np.isfinite(_cast(x, np.float32))]
+    for v in [*_layouts(x), *_layouts(finite)]:
+        w, sub = _wide.widen32_sub(v)
+        if name == "float32":
+            assert w is v  # float32 comes back as it is
+        else:
+            _same(w, _cast(v, np.float32))
+        assert sub == has_subnormal(v)
+    one = np.ones(5, x.dtype)
+    for code in x[:: 1 if name in DTYPES else 97]:
+        one[2] = code
+        assert _wide.widen32_sub(one)[1] == has_subnormal(one), code
+
+
 # -- has_subnormal ------------------------------------------------------------------------------
 @pytest.mark.parametrize("name", ["bfloat16", "float16"])
 def test_has_subnormal_every_pattern(name: str) -> None:
@@ -218,8 +237,12 @@ def test_narrow16_every_float32_word(name: str) -> None:
 
 
 # -- the ops that use them ----------------------------------------------------------------------
-def _astype_widen(x: np.ndarray) -> np.ndarray:
-    return x if x.dtype == np.float32 else x.astype(np.float32)
+def _astype_widen(x: np.ndarray) -> tuple[np.ndarray, bool]:
+    """The widening by the cast, the subnormal test by the magnitudes."""
+    tiny = {"float16": 2.0**-14}.get(x.dtype.name, 2.0**-126)
+    m = np.abs(_cast(x, np.float64))
+    wide = x if x.dtype == np.float32 else x.astype(np.float32)
+    return wide, bool(((m > 0) & (m < tiny)).any())
 
 
 def _astype_to(real: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
@@ -284,7 +307,7 @@ def test_gemm_equals_the_library_casts(name: str, op: str, monkeypatch: pytest.M
         call = Call(op, args, {}, (name,))
         got = _outs(call)
         with monkeypatch.context() as m:
-            m.setattr(matmul, "widen32", _astype_widen)
+            m.setattr(matmul, "widen32_sub", _astype_widen)
             m.setattr(matmul, "to", _astype_to(matmul.to))
             want = _outs(call)
         assert len(got) == len(want)
@@ -299,7 +322,7 @@ def test_casts_equal_the_library_casts(src: str, dst: str, monkeypatch: pytest.M
     """``_to_copy`` between the 16-bit formats and float32: every 16-bit pattern, and every
     class of float32 word, as ``astype`` converts them (through float32)."""
     monkeypatch.setattr(_wide, "_SMALL", 0)
-    x = (CODES.view(DTYPES[src]) if src in DTYPES else _words("float16").view(np.float32))
+    x = CODES.view(DTYPES[src]) if src in DTYPES else _words("float16").view(np.float32)
     wide = _cast(x, np.float32)
     want = wide if dst == "float32" else _cast(wide, DTYPES[dst])
     if src == dst:

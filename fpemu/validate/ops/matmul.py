@@ -43,7 +43,7 @@ import numpy as np
 from fpemu.validate.ops import Call, Out, exact, lazy, register
 from fpemu.validate.ops._exact import exact32
 from fpemu.validate.ops._num import fmt, to
-from fpemu.validate.ops._wide import has_subnormal, widen32
+from fpemu.validate.ops._wide import has_subnormal, widen32_sub
 
 __all__ = ["emulated_model", "exact32", "gemm"]
 
@@ -72,8 +72,10 @@ def gemm(
     k = a.shape[-1]
     if call.model is not None:
         return exact(_emulated(call, a, b, c, alpha=alpha, beta=beta))
-    a_, b_ = _widened(a), _widened(b)
-    sub_a, sub_b = _subnormal(a), _subnormal(b)
+    # the operands as float32 (exact) and whether each holds a subnormal of its own format,
+    # a float32 subnormal but for float16 (its subnormals are normal float32 numbers)
+    (a_, own_a), (b_, own_b) = _widened(a), _widened(b)
+    sub_a, sub_b = own_a and a.dtype != np.float16, own_b and b.dtype != np.float16
     # float32 arithmetic on subnormal operands is ~50x slower on x86 (microcode assists; a
     # bfloat16 logits gradient holds thousands): such a GEMM runs in float64, where they are
     # normal numbers; its value is then nearer the exact sum, and the bound below still holds
@@ -96,9 +98,9 @@ def gemm(
     low = fmt(a) in _TINY or fmt(b) in _TINY
     # a subnormal of the operand's own format (float16's are normal float32 numbers)
     if fmt(a) == "float16":
-        sub_a = _subnormal(a, own=True)
+        sub_a = own_a
     if fmt(b) == "float16":
-        sub_b = _subnormal(b, own=True)
+        sub_b = own_b
     reason = (
         f"{what} summation order: float32 accumulation of K={k} products, two orders within "
         f"2 gamma_(K+3) sum|a b| (Higham 3.5), then one rounding to {name}"
@@ -164,12 +166,12 @@ def gemm(
     return lazy(value, bound, reason, quick=quick)
 
 
-def _widened(x: np.ndarray) -> np.ndarray:
+def _widened(x: np.ndarray) -> tuple[np.ndarray, bool]:
     """``x`` as float32 (exact for the low formats and float32: :func:`widen32`, integer passes
-    with ``astype``'s bits and layout) or float64 as it is."""
-    if x.dtype == np.float64:
-        return x
-    return widen32(x) if fmt(x) in _FIELDS else x.astype(np.float32)
+    with ``astype``'s bits and layout) or float64 as it is, and ``_subnormal(x, own=True)``."""
+    if fmt(x) in _FIELDS:
+        return widen32_sub(x)
+    return (x if x.dtype == np.float64 else x.astype(np.float32)), _subnormal(x, own=True)
 
 
 #: the formats :func:`has_subnormal` reads
