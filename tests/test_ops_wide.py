@@ -332,3 +332,27 @@ def test_casts_equal_the_library_casts(src: str, dst: str, monkeypatch: pytest.M
         assert got.dtype == w.dtype and got.shape == w.shape
         assert np.array_equal(np.ascontiguousarray(got).view(f"u{got.itemsize}"),
                               np.ascontiguousarray(w).view(f"u{w.itemsize}"))  # fmt: skip
+
+
+@pytest.mark.parametrize("name", ["bfloat16", "float16", "float32"])
+def test_gemm_runs_in_float64_only_for_float32_subnormals(name: str) -> None:
+    """The GEMM's accumulation format, read from its center (float32 GEMM: float32 values):
+    float16 subnormals are normal float32 numbers (float32 GEMM), bfloat16's and float32's
+    are float32 subnormals (float64 GEMM); without subnormals float32."""
+    rng = np.random.default_rng(2)
+    dt = np.dtype(np.float32) if name == "float32" else DTYPES[name]
+    a = (rng.standard_normal((30, 40)) / 3).astype(np.float32).astype(dt)
+    b = (rng.standard_normal((40, 20)) / 3).astype(np.float32).astype(dt)
+    for sub, want64 in ((None, False), (6e-8, False), (1e-39, True)):
+        x = a.copy()
+        if sub is not None:
+            x[0, :3] = np.float32(sub).astype(dt)
+        if name == "float16" and sub == 1e-39:
+            continue  # not a float16 number
+        if name != "float16" and sub == 6e-8:
+            continue  # a normal number there
+        out = lookup("aten.mm.default")(Call("aten.mm.default", (x, b), {}, (name,)))[0]
+        assert out is not None and out.bound is not None
+        center = out.bound(np.arange(600))[0]
+        is32 = np.array_equal(center, center.astype(np.float32).astype(np.float64))
+        assert is32 != want64, (name, sub)
