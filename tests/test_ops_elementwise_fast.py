@@ -117,3 +117,61 @@ def test_add_with_signed_zero_scalars_in_either_order() -> None:
             out = add(Call("aten.add.Tensor", (x, v), {}, ("float32",)))[0]
             assert out is not None
             assert same_bits(out.value, x + np.float32(v)), v
+
+
+_SCALARS = (0.0, -0.0, True, False, 1, -1, 1.0, -1.0, 2, 0.5, 0.1, 1 + 2.0**-30, 2**60 + 1,
+            1e-8, 0.999, 1e300, -1e300, float("inf"), float("-inf"), float("nan"))  # fmt: skip
+
+
+@pytest.mark.parametrize("name", ["float32", "bfloat16", "float16", "float64"])
+def test_remembered_scalar_operands_equal_the_conversions(name: str) -> None:
+    """The remembered opmath scalars (``_operand``'s stored-then-widened value and ``_val``'s
+    double-to-opmath value) are the uncached conversions' bits for every value and sign, in
+    whichever order they are asked, and the shared arrays are read-only."""
+    from fpemu.validate.ops import elementwise as el  # noqa: PLC0415
+    from fpemu.validate.ops._fp import scalar  # noqa: PLC0415
+
+    cdt = el._cdt(name)
+    for _ in range(2):  # the second round reads the caches
+        for v in _SCALARS:
+            with np.errstate(all="ignore"):
+                got = el._operand(v, name, cdt)
+                want = np.asarray(_store(v, name)).astype(cdt)
+                got_val, want_val = el._val(v, cdt), scalar(v, cdt)
+            assert got.dtype == want.dtype and got.shape == ()
+            assert same_bits(got, want), (v, got, want)
+            assert not got.flags.writeable
+            assert same_bits(np.asarray(got_val), np.asarray(want_val)), v
+            assert np.asarray(got_val).dtype == cdt
+
+
+@pytest.mark.parametrize("name", ["float32", "bfloat16", "float16", "float64"])
+@pytest.mark.parametrize("cap", ["avx512", "default"])
+def test_add_alpha_branches_equal_the_formula(name: str, cap: str) -> None:
+    """``add``/``sub`` with every kind of alpha (one and minus one as bool, int and float, a
+    float that rounds to one in the dtype, others, NaN): the one-rounding branch exactly
+    where the stored alpha is +-1, the value of the two-rounding formula elsewhere."""
+    from fpemu.validate.ops._num import dtype as dt_  # noqa: PLC0415
+
+    g = np.random.default_rng(4)
+    x = (g.standard_normal(40) * 3).astype(np.float32).astype(dt_(name))
+    y = (g.standard_normal(40) * 3).astype(np.float32).astype(dt_(name))
+    cdt = np.float64 if name == "float64" else np.float32
+    for alpha in (1, True, 1.0, -1, -1.0, 1 + 2.0**-30, 2, 0.5, 0.1, -3.0, float("nan")):
+        for op in ("aten.add.Tensor", "aten.sub.Tensor"):
+            with np.errstate(all="ignore"):
+                out = add(Call(op, (x, y), {"alpha": alpha}, (name,), cap))[0]
+                assert out is not None
+                al = np.asarray(_store(-alpha if op == "aten.sub.Tensor" else alpha, name))
+                al = al.astype(cdt)
+                xa, ya = x.astype(cdt), y.astype(cdt)
+                if al == 1 or al == -1:
+                    assert out.exact
+                    want = np.asarray(xa + ya if al == 1 else xa - ya)
+                    assert same_bits(out.value, want.astype(dt_(name))), alpha
+                else:
+                    two = (xa + (ya * al).astype(dt_(name)).astype(cdt)).astype(dt_(name))
+                    if cap == "default":
+                        assert out.exact and same_bits(out.value, two), alpha
+                    else:  # the fused value: within the two-rounding one's bound
+                        assert out.value.dtype == dt_(name)

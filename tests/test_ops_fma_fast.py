@@ -346,3 +346,60 @@ def test_repair32_fixes_inexact_boundary_sums_and_skips_zeros() -> None:
         assert wrong.sum() == 3  # the two inexact midpoints, and 1.5 (1+U) - 2^-100
         repair32(out, p, c, s, np.ones(s.shape, bool))
     same_bits(out, want)
+
+
+def _boundary_cases() -> np.ndarray:
+    """float64 sums at and next to every kind of float32 boundary: midpoints (exact and one
+    float64 ulp off), the subnormal range (zeros, both ends, a value rounding up to 2**-126),
+    normal values, inf, NaN."""
+    mids = np.float64([1 + 2.0**-24, -(1 + 3 * 2.0**-24), 2.0**127 * (2 - 2.0**-24),
+                       2.0**-126 * (1 + 2.0**-24)])  # fmt: skip
+    tiny = np.float64([2.0**-127, -(2.0**-140), 2.0**-149, 2.0**-150, 2.0**-126 * (1 - 2.0**-30),
+                       -(2.0**-126) * (1 - 2.0**-25), 0.0, -0.0])  # fmt: skip
+    plain = np.float64([1.0, 2.0**-126, -(2.0**-125), 3.5, 1e30, np.inf, -np.inf, np.nan])
+    return np.concatenate([mids, np.nextafter(mids, np.inf), np.nextafter(mids, -np.inf), tiny,
+                           plain])  # fmt: skip
+
+
+def test_boundary_into_equals_boundary32() -> None:
+    """The buffered test of fma32's paths flags what boundary32 flags, wherever the elements
+    sit: the subnormal-range test runs when any float32 rounding is at most 2**-126, also
+    beside NaN (which ``min`` would propagate); without such a rounding there is nothing in
+    the range. Each case alone among normal numbers, all together, and NaN with each tiny one."""
+    cases = _boundary_cases()
+    filler = np.full(37, 1.5)
+
+    def check(s: np.ndarray) -> None:
+        with np.errstate(all="ignore"):
+            out = s.astype(np.float32)
+        flag = np.empty(s.shape, bool)
+        got = _fma._boundary_into(s, out, flag, np.empty(s.shape, np.uint64),
+                                  np.empty(s.shape, np.float32))  # fmt: skip
+        want = boundary32(s)
+        assert np.array_equal(flag, want), (s[flag != want], flag[flag != want])
+        assert got == bool(want.any())
+
+    check(cases)
+    check(cases.reshape(-1, 2).T.copy())
+    for x in cases:
+        check(np.concatenate([filler, [x]]))
+        check(np.concatenate([[np.nan], filler, [x]]))  # NaN first: min would be NaN
+    check(filler)
+
+
+def test_fma32_flags_tiny_sums_beside_nan() -> None:
+    """A NaN element and a sum in the float32 subnormal range that needs the repair, on the
+    small and the blocked path: the repair still happens (the oracle's bits)."""
+    # (1+U) 2^-75 * (1-U) 2^-75 = 2^-150 - 2^-196; plus 513 * 2^-149: below the subnormal
+    # midpoint 513.5 * 2^-149, where the float64 sum lands (its ulp there is 2^-192) and
+    # float32 would tie to the even 514 * 2^-149
+    a = np.float32([np.nan, (1 + U) * 2.0**-75, 2.0, 1.0])
+    b = np.float32([1.0, (1 - U) * 2.0**-75, 3.0, 1.0])
+    c = np.float32([1.0, 513 * 2.0**-149, 0.5, 0.25])
+    with np.errstate(all="ignore"):
+        want = oracle(a, b, c)
+        assert float(want[1]) == 513 * 2.0**-149
+        assert float(np.float32(np.float64(a[1]) * b[1] + c[1])) == 514 * 2.0**-149
+        same_bits(fma32(a, b, c), want)
+        big = [np.tile(v, 5000).reshape(50, 400) for v in (a, b, c)]
+        same_bits(fma32(*big), np.tile(want, 5000).reshape(50, 400))

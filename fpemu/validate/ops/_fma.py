@@ -66,10 +66,31 @@ def fma32(a: Any, b: Any, c: Any) -> np.ndarray:
         np.multiply(s, np.asarray(small, np.float64), out=s)
         np.add(s, c, out=s, dtype=np.float64)
         out = s.astype(np.float32)
-        risky = boundary32(s)
-        if risky.any():
-            _repair_at(out, (a, b), c, np.flatnonzero(risky), None)
+        flag = np.empty(shape, np.bool_)
+        if n and _boundary_into(s, out, flag, np.empty(shape, np.uint64), np.empty(shape, F32)):
+            _repair_at(out, (a, b), c, np.flatnonzero(flag), None)
     return out
+
+
+F32 = np.float32
+_TINY32 = F32(2.0**-126)
+
+
+def _boundary_into(s: np.ndarray, out: np.ndarray, flag: np.ndarray, low: np.ndarray,
+                   mag: np.ndarray) -> bool:  # fmt: skip
+    """:func:`boundary32` of the float64 sums ``s`` into ``flag`` (the caller's buffers of
+    ``s``'s shape: ``low`` uint64, ``mag`` float32), given ``out``, their float32 rounding;
+    whether any is flagged. The same flags in fewer passes: the midpoint test on the words
+    into the buffers (no temporaries), and the subnormal-range test only where ``out`` holds
+    a magnitude of at most 2**-126 (zeros included: ``fmin`` passes NaN over): rounding is
+    monotone, so ``|s| < 2**-126`` gives ``|out| <= 2**-126``, and where no ``|out|`` is that
+    small no ``s`` is in the range (AdamW's moments never are)."""
+    np.bitwise_and(s.view(np.uint64), _MID_MASK, out=low)
+    np.equal(low, _MID, out=flag)
+    np.abs(out, out=mag)
+    if np.fmin.reduce(mag, axis=None) <= _TINY32:
+        flag |= np.abs(s) < 2.0**-126
+    return bool(flag.any())
 
 
 #: elements per block of a large :func:`fma32` (its float64 temporaries then stay in cache:
@@ -90,20 +111,24 @@ def _blocks(big: np.ndarray, small: np.ndarray, c: np.ndarray, shape: tuple[int,
     step = max(1, rows * _BLOCK // n)
 
     def wide(v: np.ndarray) -> np.ndarray:
-        return np.broadcast_to(np.asarray(v, np.float64) if 4 * v.size <= n else v, shape)
+        w = np.asarray(v, np.float64) if 4 * v.size <= n else v
+        return w if w.shape == shape else np.broadcast_to(w, shape)
 
-    bb, sb, cb = np.broadcast_to(big, shape), wide(small), wide(c)
-    buf = np.empty((step, *shape[1:]), np.float64)
+    bb = big if big.shape == shape else np.broadcast_to(big, shape)
+    sb, cb = wide(small), wide(c)
+    bshape = (min(step, rows), *shape[1:])
+    buf, flag = np.empty(bshape, np.float64), np.empty(bshape, np.bool_)
+    low, mag = np.empty(bshape, np.uint64), np.empty(bshape, F32)
     flagged: list[np.ndarray] = []
     for i in range(0, rows, step):
-        s = buf[: min(step, rows - i)]
+        k = min(step, rows - i)
+        s, o = buf[:k], out[i : i + step]
         s[...] = bb[i : i + step]
         np.multiply(s, sb[i : i + step], out=s, dtype=np.float64)  # exact: float32 factors
         np.add(s, cb[i : i + step], out=s, dtype=np.float64)
-        out[i : i + step] = s  # the cast rounds to nearest even, as astype does
-        risky = boundary32(s)
-        if risky.any():
-            flagged.append(np.flatnonzero(risky) + i * (n // rows))
+        o[...] = s  # the cast rounds to nearest even, as astype does
+        if _boundary_into(s, o, flag[:k], low[:k], mag[:k]):
+            flagged.append(np.flatnonzero(flag[:k]) + i * (n // rows))
     if flagged:
         _repair_at(out, (big, small), c, np.concatenate(flagged), None)
     return out

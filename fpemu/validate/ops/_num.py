@@ -18,6 +18,7 @@ import ml_dtypes
 import numpy as np
 
 from fpemu.rounding import round as fround
+from fpemu.validate.ops._wide import narrow16
 
 __all__ = [
     "FLOATS",
@@ -105,10 +106,10 @@ def to(x: Any, name: str) -> np.ndarray:
     if name in LOW and arr.dtype == np.float32:
         # ml_dtypes' and NumPy's float32 -> bfloat16/float16 casts round to nearest even from
         # the exact value (tests/test_validate_fastpaths.py checks them against fpemu.round on
-        # every tie and its neighbours): one call instead of the integer or Fraction paths;
-        # overflow to inf is the rounding's result, not an error
-        with np.errstate(over="ignore", invalid="ignore"):
-            return arr.astype(dt)
+        # every tie and its neighbours); narrow16 gives their bits by integer passes on large
+        # arrays (tests/test_ops_wide.py: every float32 word); overflow to inf is the
+        # rounding's result, not an error
+        return narrow16(arr, name)
     if name in LOW and arr.dtype == np.float64:
         return _low_from64(arr, name)
     wide = arr.astype(np.float64) if arr.dtype != np.float64 else arr

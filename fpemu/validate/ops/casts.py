@@ -23,6 +23,7 @@ import numpy as np
 
 from fpemu.validate.ops import Call, Out, exact, register
 from fpemu.validate.ops._num import LOW, dtype, fmt, to
+from fpemu.validate.ops._wide import widen32
 
 __all__ = ["convert"]
 
@@ -51,8 +52,9 @@ def convert(a: np.ndarray, name: str) -> np.ndarray:
         return to(a.astype(np.float32), name) if name in LOW else a.astype(dt)
     if name in LOW and src == "float64":
         return to(to(a, "float32"), name)  # torch: double -> float -> half/bfloat16
-    if name in LOW and src in LOW:
-        return to(a.astype(np.float32), name)  # exact widening, then one rounding
+    if src in LOW and name in ("float32", *LOW):
+        # exact widening (widen32: astype's bits by integer passes), then one rounding
+        return to(widen32(a), name)
     return to(a, name) if name in LOW or name.startswith("float8") else a.astype(dt)
 
 

@@ -35,11 +35,20 @@ __all__ = ["add", "binary", "compare", "div", "mul"]
 
 def _cdt(name: str) -> np.dtype[Any]:
     """The dtype the kernel computes an output of dtype ``name`` in (opmath)."""
-    if name == "float64":
-        return np.dtype(np.float64)
-    if is_float(name):
-        return np.dtype(np.float32)
-    return dtype(name)
+    cdt = _CDT.get(name)
+    if cdt is None:
+        if name == "float64":
+            cdt = np.dtype(np.float64)
+        elif is_float(name):
+            cdt = np.dtype(np.float32)
+        else:
+            cdt = dtype(name)
+        _CDT[name] = cdt
+    return cdt
+
+
+#: output dtype name -> opmath dtype (:func:`_cdt`, asked on every call of every op here)
+_CDT: dict[str, np.dtype[Any]] = {}
 
 
 def _val(x: Any, cdt: np.dtype[Any]) -> Any:
@@ -49,7 +58,16 @@ def _val(x: Any, cdt: np.dtype[Any]) -> Any:
         return x.astype(cdt, copy=False)  # read only
     if cdt.kind in "iub":
         return np.asarray(x).astype(cdt)[()]
+    if type(x) in (bool, int, float):  # the optimizers' scalars, every step: remembered
+        return _scalar_builtin(type(x).__name__, x, repr(x), cdt)
     return scalar(x, cdt)
+
+
+@functools.lru_cache(maxsize=4096)
+def _scalar_builtin(_kind: str, v: Any, _text: str, cdt: np.dtype[Any]) -> Any:
+    """:func:`scalar` of a bool/int/float, keyed as :func:`_stored_builtin` (a NumPy scalar:
+    immutable)."""
+    return scalar(v, cdt)
 
 
 def _stored(v: Any, name: str) -> Any:
@@ -84,7 +102,18 @@ def _operand(x: Any, name: str, cdt: np.dtype[Any]) -> np.ndarray:
     if isinstance(x, np.ndarray) and (x.ndim or x.dtype == dtype(name)):
         return x.astype(cdt, copy=False)  # read only: no copy where it is already opmath
     v = x.item() if isinstance(x, np.ndarray) else x
+    if type(v) in (bool, int, float):  # the optimizers' scalars, every step: remembered
+        return _widened_builtin(type(v).__name__, v, repr(v), name, cdt)
     return np.asarray(_stored(v, name)).astype(cdt)
+
+
+@functools.lru_cache(maxsize=4096)
+def _widened_builtin(kind: str, v: Any, text: str, name: str, cdt: np.dtype[Any]) -> np.ndarray:
+    """``np.asarray(_stored(v, name)).astype(cdt)`` of a bool/int/float (keyed as
+    :func:`_stored_builtin`), read-only: a 0-d array shared by every call that reads it."""
+    out = np.asarray(_stored_builtin(kind, v, text, name)).astype(cdt)
+    out.setflags(write=False)
+    return out
 
 
 def binary(call: Call, f: Callable[[Any, Any], Any]) -> list[Out | None]:
@@ -126,10 +155,15 @@ def add(call: Call) -> list[Out | None]:
         with np.errstate(all="ignore"):
             r = a - b * alpha if neg else a + b * alpha
         return [exact(np.asarray(r).astype(dtype(name)))]
-    al = np.asarray(_stored(-alpha if neg else alpha, name)).astype(cdt)
-    if al == 1 or al == -1:  # b * (+-1) is exact: one sum or difference, one rounding
+    alv = -alpha if neg else alpha  # stored in the dtype, then opmath
+    if type(alv) in (bool, int, float):
+        al = _widened_builtin(type(alv).__name__, alv, repr(alv), name, cdt)
+    else:
+        al = np.asarray(_stored(alv, name)).astype(cdt)
+    one = float(al)  # exact (float32/float64); NaN compares unequal
+    if one == 1.0 or one == -1.0:  # b * (+-1) is exact: one sum or difference, one rounding
         with np.errstate(all="ignore"):
-            return [exact(to(np.asarray(a + b if al == 1 else a - b), name))]
+            return [exact(to(np.asarray(a + b if one == 1.0 else a - b), name))]
     shape = np.broadcast_shapes(np.shape(a), np.shape(b))
     a, b = np.broadcast_to(a, shape), np.broadcast_to(b, shape)
     with np.errstate(all="ignore"):

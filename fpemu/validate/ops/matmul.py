@@ -43,6 +43,7 @@ import numpy as np
 from fpemu.validate.ops import Call, Out, exact, gather, lazy, register
 from fpemu.validate.ops._exact import exact32
 from fpemu.validate.ops._num import fmt, to
+from fpemu.validate.ops._wide import has_subnormal, widen32_sub
 
 __all__ = ["emulated_model", "exact32", "gemm"]
 
@@ -71,8 +72,10 @@ def gemm(
     k = a.shape[-1]
     if call.model is not None:
         return exact(_emulated(call, a, b, c, alpha=alpha, beta=beta))
-    a_, b_ = _widened(a), _widened(b)
-    sub_a, sub_b = _subnormal(a), _subnormal(b)
+    # the operands as float32 (exact) and whether each holds a subnormal of its own format,
+    # a float32 subnormal but for float16 (its subnormals are normal float32 numbers)
+    (a_, own_a), (b_, own_b) = _widened(a), _widened(b)
+    sub_a, sub_b = own_a and a.dtype != np.float16, own_b and b.dtype != np.float16
     # float32 arithmetic on subnormal operands is ~50x slower on x86 (microcode assists; a
     # bfloat16 logits gradient holds thousands): such a GEMM runs in float64, where they are
     # normal numbers; its value is then nearer the exact sum, and the bound below still holds
@@ -95,9 +98,9 @@ def gemm(
     low = fmt(a) in _TINY or fmt(b) in _TINY
     # a subnormal of the operand's own format (float16's are normal float32 numbers)
     if fmt(a) == "float16":
-        sub_a = _subnormal(a, own=True)
+        sub_a = own_a
     if fmt(b) == "float16":
-        sub_b = _subnormal(b, own=True)
+        sub_b = own_b
     reason = (
         f"{what} summation order: float32 accumulation of K={k} products, two orders within "
         f"2 gamma_(K+3) sum|a b| (Higham 3.5), then one rounding to {name}"
@@ -167,18 +170,16 @@ def gemm(
     return lazy(value, bound, reason, quick=quick)
 
 
-def _widened(x: np.ndarray) -> np.ndarray:
-    """``x`` as float32 (exact for the low formats and float32) or float64 as it is."""
-    return x if x.dtype in (np.float32, np.float64) else x.astype(np.float32)
+def _widened(x: np.ndarray) -> tuple[np.ndarray, bool]:
+    """``x`` as float32 (exact for the low formats and float32: :func:`widen32`, integer passes
+    with ``astype``'s bits and layout) or float64 as it is, and ``_subnormal(x, own=True)``."""
+    if fmt(x) in _FIELDS:
+        return widen32_sub(x)
+    return (x if x.dtype == np.float64 else x.astype(np.float32)), _subnormal(x, own=True)
 
 
-#: format -> (unsigned view, the largest subnormal's bits, magnitude mask): its subnormals are
-#: the magnitudes from 1 to the largest subnormal's word
-_FIELDS = {
-    "bfloat16": ("u2", 0x007F, 0x7FFF),
-    "float16": ("u2", 0x03FF, 0x7FFF),
-    "float32": ("u4", 0x007FFFFF, 0x7FFFFFFF),
-}
+#: the formats :func:`has_subnormal` reads
+_FIELDS = ("bfloat16", "float16", "float32")
 #: a lazy bound gathers sum|a||b| element by element (float64 dot products of gathered rows)
 #: when it is asked for at most 1/_GATHER of the outputs, else one float32 GEMM of the
 #: magnitudes: measured on a 512x128x512 product, 1,000 gathered elements cost about that GEMM
@@ -194,10 +195,7 @@ def _subnormal(x: np.ndarray, *, own: bool = False) -> bool:
         return False  # float16 values are normal float32 numbers
     if name not in _FIELDS or not x.size:
         return name == "float64" and _below(x, _F32_TINY)
-    view, top, mag = _FIELDS[name]
-    m = np.bitwise_and(x.view(view), mag)  # the magnitude's bits
-    m -= 1  # wraps a zero around to the largest word: subnormal <=> m - 1 < the top
-    return bool(m.min() < top)  # a reduction: no boolean array
+    return has_subnormal(x)  # bfloat16's subnormals are float32's; float32's its own
 
 
 def _below(x: np.ndarray, tiny: Any) -> bool:
