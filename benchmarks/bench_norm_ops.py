@@ -65,9 +65,11 @@ def _old_modules(base: str) -> types.ModuleType:
         ops.register = real
 
 
-def _bits(outs: list[Any]) -> list[tuple[Any, ...]]:
-    """Each output's value bits, exact flag, and where bounded its center and error bits (at
-    every element: a lazy bound is asked everywhere)."""
+def out_bits(outs: Any) -> list[tuple[Any, ...]]:
+    """Each output's dtype, shape and value bits, exact flag and reason, and where bounded its
+    center and error bits at every element (``bounds_at`` of every index: a lazy bound is asked
+    everywhere, an eager one gathered): two emulations agree on every field the judge reads
+    iff these are equal (NaN payloads and the signs of zeros included)."""
 
     def raw(a: Any) -> bytes:
         return b"" if a is None else np.ascontiguousarray(a).tobytes()
@@ -77,8 +79,10 @@ def _bits(outs: list[Any]) -> list[tuple[Any, ...]]:
         if o is None:
             res.append(())
             continue
-        ce = o.bounds_at(np.arange(np.size(o.value))) if not o.exact else None
-        res.append((raw(o.value), o.exact) + (() if ce is None else (raw(ce[0]), raw(ce[1]))))
+        v = np.asarray(o.value)
+        ce = o.bounds_at(np.arange(v.size)) if not o.exact else None
+        res.append((str(v.dtype), v.shape, raw(v), o.exact, o.reason)
+                   + (() if ce is None else (raw(ce[0]), raw(ce[1]))))  # fmt: skip
     return res
 
 
@@ -97,7 +101,7 @@ def main() -> None:
         for op in OPS:
             new_fn = ops.TABLE[op]
             for c in calls[op]:
-                assert _bits(new_fn(c)) == _bits(olds[op](c)), f"{op} {config}: bits differ"
+                assert out_bits(new_fn(c)) == out_bits(olds[op](c)), f"{op} {config}: bits differ"
             n = len(calls[op])
             t_old, t_new = interleaved(
                 lambda: [olds[op](c) for c in calls[op]],  # noqa: B023

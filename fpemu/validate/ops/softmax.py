@@ -43,9 +43,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from fpemu.validate.ops import Call, Out
+from fpemu.validate.ops import Call, Out, lazy
 from fpemu.validate.ops._fp import K_LIBM, hull_out, quiet
-from fpemu.validate.ops._iv import ETA, IV, U, iv_out
+from fpemu.validate.ops._iv import ETA, IV, U, iv_ends, iv_out
 from fpemu.validate.ops._num import LOW, to
 
 _F = np.float32
@@ -156,9 +156,8 @@ def log_softmax(call: Call) -> list[Out | None]:
     _float64(name)
     xl = _last(x, dim)
     m = np.max(xl, axis=-1, keepdims=True) if xl.size else xl
-    X, M = IV.of(xl), IV.of(m)
-    d = X - M
     if name in LOW and (x.ndim <= 1 or dim % x.ndim == x.ndim - 1):
+        d = IV.of(xl) - IV.of(m)
         s16 = _ends16(_sum(_exp(d, K_LIBM)), name)
         logs = [_log(IV(np.asarray(v, np.float64), 0.0)) for v in s16]
         l16 = [_ends16(logs[0], name)[0], _ends16(logs[1], name)[1]]
@@ -166,15 +165,60 @@ def log_softmax(call: Call) -> list[Out | None]:
         ev = [dv - v for v in l16]
         return [hull_out(_back(ev[0], dim, x.shape), [_back(v, dim, x.shape) for v in ev],
                          name, _WHY16)]  # fmt: skip
-    ls = _log(_sum(_exp(d, K_LIBM)))
-    one = d - ls  # (x - m) - log s
-    two = X - (M + ls)  # x - (m + log s)
-    res = IV(one.v, np.maximum(one.e, two.e))
     with np.errstate(all="ignore"):
         dv = (xl - m).astype(np.float32)
         s = np.sum(np.exp(dv.astype(np.float64)).astype(np.float32), axis=-1, keepdims=True)
         val = dv - np.log(s.astype(np.float64)).astype(np.float32)
-    return [_out(val, res, dim, x.shape, name)]
+    if _rows(x, xl, dim):
+        return [_lazy_rows(val, xl, m, name)]
+    X, M = IV.of(xl), IV.of(m)
+    return [_out(val, _log_softmax_iv(X, M, X - M), dim, x.shape, name)]
+
+
+def _log_softmax_iv(X: IV, M: IV, d: IV) -> IV:
+    """The running bound of ``log_softmax`` at the elements of ``X`` (rows of ``M``; ``d =
+    X - M``): ``ls = log(sum(exp(x - m)))`` of whole rows, then ``(x - m) - ls`` with the larger
+    error of its two orders. ``ls`` may be given instead of the rows (see :func:`_lazy_rows`)."""
+    ls = _log(_sum(_exp(d, K_LIBM)))
+    return _log_softmax_at(X, M, d, ls)
+
+
+def _log_softmax_at(X: IV, M: IV, d: IV, ls: IV) -> IV:
+    one = d - ls  # (x - m) - log s
+    two = X - (M + ls)  # x - (m + log s)
+    return IV(one.v, np.maximum(one.e, two.e))
+
+
+def _rows(x: np.ndarray, xl: np.ndarray, dim: int) -> bool:
+    """Whether the lazy, per-element bound applies: a non-empty tensor reduced over its last
+    dimension, whose float32 (or float64) copy ``xl`` is C-contiguous, so that every array the
+    bound derives from it is C-contiguous too and the row sums see the same layout (NumPy's
+    sum order) as :func:`_out`'s whole-array path."""
+    return bool(x.ndim >= 1 and xl.size and dim % x.ndim == x.ndim - 1
+                and xl.flags.c_contiguous)  # fmt: skip
+
+
+def _lazy_rows(val: np.ndarray, xl: np.ndarray, m: np.ndarray, name: str) -> Out:
+    """:func:`_log_softmax_iv`'s bound only where the watcher asks (``lazy``; values of the
+    bench GPT's loss are all identical, so it never asks there): the row terms (``m``, ``log
+    s``: whole-row sums of exponentials) once, on the whole rows exactly as the eager path
+    forms them, then the elementwise rest (IV arithmetic and :func:`iv_ends` act element by
+    element, so gathered elements get the whole arrays' bits) at the asked elements."""
+    cols = xl.shape[-1]
+    per_row: list[IV] = []
+
+    def bound(idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        with np.errstate(all="ignore"):
+            if not per_row:
+                per_row.append(_log(_sum(_exp(IV.of(xl) - IV.of(m), K_LIBM))))
+            ls = per_row[0]
+            r = idx // cols
+            xi = IV.of(xl.reshape(-1)[idx])
+            mi = IV.of(m.reshape(-1)[r])
+            li = IV(ls.v.reshape(-1)[r], ls.e.reshape(-1)[r])
+            return iv_ends(_log_softmax_at(xi, mi, xi - mi, li), name)
+
+    return lazy(to(val, name), bound, _WHY)
 
 
 @quiet("aten._softmax_backward_data.default")
@@ -198,9 +242,39 @@ def log_softmax_backward(call: Call) -> list[Out | None]:
     g, y, dim, name = call.args[0], call.args[1], int(call.args[2]), call.out_dtypes[0]
     _float64(name)
     gl, yl = _last(g, dim), _last(y, dim)
+    with np.errstate(all="ignore"):
+        y64 = yl.astype(np.float64)
+        ey = np.exp(y64)
+        sv = np.sum(gl, axis=-1, keepdims=True, dtype=np.float32)
+        val = gl - ey.astype(np.float32) * sv
+    if _rows(g, gl, dim) and yl.flags.c_contiguous:
+        # the bound where the watcher asks: sum(g) of whole rows (as the eager path sums them:
+        # the same C-contiguous layout), the rest element by element; exp(y) is ``ey``, the
+        # value's own exponentials (the eager path's _exp takes np.exp of the same float64
+        # values: the same bits)
+        cols = gl.shape[-1]
+        sums: list[IV] = []
+
+        def bound(idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            with np.errstate(all="ignore"):
+                if not sums:
+                    sums.append(_sum(IV.of(gl)))
+                S, r = sums[0], idx // cols
+                gi = IV.of(gl.reshape(-1)[idx])
+                si = IV(S.v.reshape(-1)[r], S.e.reshape(-1)[r])
+                res = gi - _exp_zero(ey.reshape(-1)[idx]) * si
+                return iv_ends(res, name)
+
+        return [lazy(to(val, name), bound, _WHY)]
     G = IV.of(gl)
     res = G - _exp(IV.of(yl)) * _sum(G)
-    with np.errstate(all="ignore"):
-        sv = np.sum(gl, axis=-1, keepdims=True, dtype=np.float32)
-        val = gl - np.exp(yl.astype(np.float64)).astype(np.float32) * sv
     return [_out(val, res, dim, g.shape, name)]
+
+
+def _exp_zero(ev: np.ndarray, k: int = K_EXP) -> IV:
+    """``_exp(IV.of(a))`` given ``ev = np.exp(a)``: with no error in the argument the slope
+    term is ``np.where(0 > 0, ..., 0.0)``, zeros, so the bound is ``0.0 + k ulp(|ev| + 0.0) +
+    2**-126``: the same operations on the same values (0.0 plus a non-negative or NaN term
+    leaves its bits; the added zeros are kept anyway: cheap on the gathered elements)."""
+    prop = np.zeros(ev.shape)
+    return IV(ev, prop + k * _ulp32(np.abs(ev) + prop) + 2.0**-126)
