@@ -102,7 +102,8 @@ def test_lazy_equals_eager(r: int, c: int, special: float, seed: int) -> None:
     same_out(backward(g, y), eager_backward(g, y), seed)
 
 
-@pytest.mark.parametrize("shape", [(1,), (7,), (1, 1), (2, 3, 65), (3, 1, 17)])
+@pytest.mark.parametrize("shape", [(1,), (7,), (1, 1), (2, 3, 65), (3, 1, 17), (3, 127), (2, 129),
+                                   (4, 257), (2, 1000), (2, 8200)])
 def test_shapes(shape: tuple[int, ...]) -> None:
     rng = np.random.default_rng(len(shape))
     x, g = rows(rng, shape, 0.1), rows(rng, shape, 0.1)

@@ -199,23 +199,23 @@ def _rows(x: np.ndarray, xl: np.ndarray, dim: int) -> bool:
 
 
 def _lazy_rows(val: np.ndarray, xl: np.ndarray, m: np.ndarray, name: str) -> Out:
-    """:func:`_log_softmax_iv`'s bound only where the watcher asks (``lazy``; values of the
-    bench GPT's loss are all identical, so it never asks there): the row terms (``m``, ``log
-    s``: whole-row sums of exponentials) once, on the whole rows exactly as the eager path
-    forms them, then the elementwise rest (IV arithmetic and :func:`iv_ends` act element by
-    element, so gathered elements get the whole arrays' bits) at the asked elements."""
+    """:func:`_log_softmax_iv`'s bound only where the watcher asks (``lazy``: in the bench GPT
+    torch's loss differs from the value at a few elements of a few rows, in some steps): the
+    row terms (``log s``, a sum of exponentials over the row) of the asked elements' rows only,
+    gathered into a C-contiguous array (NumPy sums each contiguous row alone, so a row's sum
+    is the same in any such array), then the elementwise rest at the asked elements (IV
+    arithmetic and :func:`iv_ends` act element by element: a gathered element gets the whole
+    array's bits)."""
     cols = xl.shape[-1]
-    per_row: list[IV] = []
+    x2, m1 = xl.reshape(-1, cols), m.reshape(-1)
 
     def bound(idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         with np.errstate(all="ignore"):
-            if not per_row:
-                per_row.append(_log(_sum(_exp(IV.of(xl) - IV.of(m), K_LIBM))))
-            ls = per_row[0]
-            r = idx // cols
-            xi = IV.of(xl.reshape(-1)[idx])
-            mi = IV.of(m.reshape(-1)[r])
-            li = IV(ls.v.reshape(-1)[r], ls.e.reshape(-1)[r])
+            rows, at = np.unique(idx // cols, return_inverse=True)
+            xr, mr = x2[rows], m1[rows, None]
+            ls = _log(_sum(_exp(IV.of(xr) - IV.of(mr), K_LIBM)))
+            xi, mi = IV.of(x2.reshape(-1)[idx]), IV.of(m1[rows][at])
+            li = IV(ls.v[at, 0], ls.e[at, 0])
             return iv_ends(_log_softmax_at(xi, mi, xi - mi, li), name)
 
     return lazy(to(val, name), bound, _WHY)
@@ -258,17 +258,29 @@ def log_softmax_backward(call: Call) -> list[Out | None]:
         def bound(idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             with np.errstate(all="ignore"):
                 if not sums:
-                    sums.append(_sum(IV.of(gl)))
+                    sums.append(_sum_exact(gl.astype(np.float64)))
                 S, r = sums[0], idx // cols
                 gi = IV.of(gl.reshape(-1)[idx])
                 si = IV(S.v.reshape(-1)[r], S.e.reshape(-1)[r])
-                res = gi - _exp_zero(ey.reshape(-1)[idx]) * si
-                return iv_ends(res, name)
+                return iv_ends(gi - _exp_zero(ey.reshape(-1)[idx]) * si, name)
 
         return [lazy(to(val, name), bound, _WHY)]
     G = IV.of(gl)
     res = G - _exp(IV.of(yl)) * _sum(G)
     return [_out(val, res, dim, g.shape, name)]
+
+
+def _sum_exact(v: np.ndarray) -> IV:
+    """``_sum(IV.of(v))`` for a C-contiguous float64 ``v``, without the zero error array: its
+    ``abs(v) + 0.0`` is ``abs(v)`` (never -0), a C-contiguous array of the same values (the same
+    row sums), and the error sum of zeros is +0.0, so the bound is ``0.0 + g absum + k 2**-52
+    absum + k eta``, each operation as :func:`_sum` does it."""
+    k = v.shape[-1]
+    g = (k - 1) * U / (1 - (k - 1) * U)
+    absum = np.sum(np.abs(v), axis=-1, keepdims=True)
+    total = np.sum(v, axis=-1, keepdims=True)
+    zero = np.zeros(total.shape)
+    return IV(total, zero + g * absum + k * 2.0**-52 * absum + k * ETA)
 
 
 def _exp_zero(ev: np.ndarray, k: int = K_EXP) -> IV:
