@@ -157,3 +157,29 @@ def test_judge_lazy_as_eager() -> None:
         t += rng.integers(-spread, spread + 1, t.shape).astype(np.int32)
         t = t.view(F32)
         assert repr(judge(t, lazy_out)) == repr(judge(t, eager))  # (NaN fields: repr)
+
+
+def test_minus_product_is_the_float32_expression() -> None:
+    """``g - e * s`` through float64 (the backward's value) equals the float32 expression bit
+    for bit where products and differences are float32 subnormals, underflow to +-0, overflow,
+    cancel to +-0, and with NaN and inf operands (the float32 fallback)."""
+    from fpemu.validate.ops.softmax import _minus_product  # noqa: PLC0415
+
+    rng = np.random.default_rng(8)
+    n = 20000
+    e = (rng.random(n) * np.exp2(rng.integers(-149, 5, n))).astype(F32)
+    s = (rng.standard_normal(n) * np.exp2(rng.integers(-60, 60, n))).astype(F32)
+    g = (rng.standard_normal(n) * np.exp2(rng.integers(-149, 20, n))).astype(F32)
+    g[::7] = 0.0
+    g[1::7] = -0.0
+    g[2::7] = (e[2::7] * s[2::7])  # exact cancellation to +0
+    sp = np.float32(SPECIAL)
+    cases = [(g, e, s), (g[:9000].reshape(90, 100), e[:9000].reshape(90, 100), s[:90, None])]
+    cases.append((rng.choice(sp, 3000), rng.choice(sp, 3000), rng.choice(sp, 3000)))
+    with np.errstate(all="ignore"):
+        for gg, ee, ss in cases:
+            want = gg - ee * ss
+            got = _minus_product(gg, ee, ss)
+            assert got.dtype == F32 and bits(got) == bits(want)
+    sub = e * s
+    assert np.count_nonzero((np.abs(sub) < 2**-126) & (sub != 0)) > 1000  # subnormals seen
