@@ -2,13 +2,15 @@
 calls of the bench GPT step (benchmarks/bench_watch.py: 512 rows x 128 columns), the current
 code against the code at a baseline commit, measured in the same run.
 
-The calls are recorded from one watched step per config (bf16, fp32, fp16 autocast); the
-baseline's ``norms.py``, ``_fma.py`` and ``_moments.py`` are loaded from ``git show BASE:path``
-into throwaway modules. Rows: op and config; per-call time of the recorded calls, the best of
-``--repeats`` runs with old and new alternating (on a loaded machine the best is the code's own
-cost), old / new and the ratio, and a row of both ops in the step's order. Every new result is
-also compared bit for bit with the old one: values, exact flags, bounded outputs' centers and
-errors (a speed row with different bits would be meaningless). Pin threads on a shared machine:
+The calls are recorded from one watched step per config (bf16, fp32, fp16 autocast; after two
+unwatched steps); the baseline's ``norms.py``, ``_fma.py`` and ``_moments.py`` are loaded from
+``git show BASE:path`` into throwaway modules. Rows: op and config; per-call time of the
+recorded calls, the best of ``--repeats`` runs with old and new alternating (on a loaded
+machine the best is the code's own cost), old / new and the ratio, and a row of both ops in the
+step's order. Every new result is first compared with the old one field by field
+(:func:`out_bits`: dtype, shape and bits of the value, exact flag, reason, center and error
+bits at every element); any difference exits 1 (a speed row with different bits would be
+meaningless). Pin threads on a shared machine:
 
     OMP_NUM_THREADS=1 python benchmarks/bench_norm_ops.py [--base COMMIT] [--repeats N]
 """
