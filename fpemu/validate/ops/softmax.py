@@ -244,7 +244,7 @@ def log_softmax_backward(call: Call) -> list[Out | None]:
     gl, yl = _last(g, dim), _last(y, dim)
     with np.errstate(all="ignore"):
         ey = np.exp(yl.astype(np.float64))
-        sv = np.sum(gl, axis=-1, keepdims=True, dtype=np.float32)
+        sv = np.asarray(np.sum(gl, axis=-1, keepdims=True, dtype=np.float32))
         val = _minus_product(gl, ey.astype(np.float32), sv)
     if _rows(g, gl, dim) and yl.flags.c_contiguous:
         # the bound where the watcher asks: sum(g) of whole rows (as the eager path sums them:
