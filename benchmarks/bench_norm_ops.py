@@ -2,13 +2,15 @@
 calls of the bench GPT step (benchmarks/bench_watch.py: 512 rows x 128 columns), the current
 code against the code at a baseline commit, measured in the same run.
 
-The calls are recorded from one watched step per config (bf16, fp32, fp16 autocast); the
-baseline's ``norms.py``, ``_fma.py`` and ``_moments.py`` are loaded from ``git show BASE:path``
-into throwaway modules. Rows: op and config; per-call time of the recorded calls, the best of
-``--repeats`` runs with old and new alternating (on a loaded machine the best is the code's own
-cost), old / new and the ratio, and a row of both ops in the step's order. Every new result is
-also compared bit for bit with the old one: values, exact flags, bounded outputs' centers and
-errors (a speed row with different bits would be meaningless). Pin threads on a shared machine:
+The calls are recorded from one watched step per config (bf16, fp32, fp16 autocast; after two
+unwatched steps); the baseline's ``norms.py``, ``_fma.py`` and ``_moments.py`` are loaded from
+``git show BASE:path`` into throwaway modules. Rows: op and config; per-call time of the
+recorded calls, the best of ``--repeats`` runs with old and new alternating (on a loaded
+machine the best is the code's own cost), old / new and the ratio, and a row of both ops in the
+step's order. Every new result is first compared with the old one field by field
+(:func:`out_bits`: dtype, shape and bits of the value, exact flag, reason, center and error
+bits at every element); any difference exits 1 (a speed row with different bits would be
+meaningless). Pin threads on a shared machine:
 
     OMP_NUM_THREADS=1 python benchmarks/bench_norm_ops.py [--base COMMIT] [--repeats N]
 """
@@ -28,8 +30,8 @@ from timing import interleaved  # benchmarks/timing.py (this folder is on sys.pa
 from fpemu.validate import ops
 
 OPS = ("aten.native_layer_norm.default", "aten.native_layer_norm_backward.default")
-#: the commit before the LayerNorm speed-ups
-BASE = "16b5738"
+#: the commit before the latest LayerNorm speed-ups (16b5738: before the first ones)
+BASE = "6bcc0c1"
 
 
 def _old_modules(base: str) -> types.ModuleType:
@@ -65,9 +67,11 @@ def _old_modules(base: str) -> types.ModuleType:
         ops.register = real
 
 
-def _bits(outs: list[Any]) -> list[tuple[Any, ...]]:
-    """Each output's value bits, exact flag, and where bounded its center and error bits (at
-    every element: a lazy bound is asked everywhere)."""
+def out_bits(outs: Any) -> list[tuple[Any, ...]]:
+    """Each output's dtype, shape and value bits, exact flag and reason, and where bounded its
+    center and error bits at every element (``bounds_at`` of every index: a lazy bound is asked
+    everywhere, an eager one gathered): two emulations agree on every field the judge reads
+    iff these are equal (NaN payloads and the signs of zeros included)."""
 
     def raw(a: Any) -> bytes:
         return b"" if a is None else np.ascontiguousarray(a).tobytes()
@@ -77,8 +81,10 @@ def _bits(outs: list[Any]) -> list[tuple[Any, ...]]:
         if o is None:
             res.append(())
             continue
-        ce = o.bounds_at(np.arange(np.size(o.value))) if not o.exact else None
-        res.append((raw(o.value), o.exact) + (() if ce is None else (raw(ce[0]), raw(ce[1]))))
+        v = np.asarray(o.value)
+        ce = o.bounds_at(np.arange(v.size)) if not o.exact else None
+        res.append((str(v.dtype), v.shape, raw(v), o.exact, o.reason)
+                   + (() if ce is None else (raw(ce[0]), raw(ce[1]))))  # fmt: skip
     return res
 
 
@@ -93,11 +99,12 @@ def main() -> None:
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; old = {args.base}")
     print(f"{'op':28} {'config':6} {'calls':>5} {'old/call':>10} {'new/call':>10} {'speed-up':>8}")
     for config in args.configs:
-        calls = capture(OPS, config)
+        calls = capture(OPS, config, warm=2)
         for op in OPS:
             new_fn = ops.TABLE[op]
             for c in calls[op]:
-                assert _bits(new_fn(c)) == _bits(olds[op](c)), f"{op} {config}: bits differ"
+                if out_bits(new_fn(c)) != out_bits(olds[op](c)):
+                    sys.exit(f"{op} {config}: bits differ")
             n = len(calls[op])
             t_old, t_new = interleaved(
                 lambda: [olds[op](c) for c in calls[op]],  # noqa: B023

@@ -201,7 +201,7 @@ def test_layer_norm_buffer_scan_is_the_exact_loop(buf: str) -> None:
     exact products and on products built so the float64 sum is inexact and lands on a float32
     midpoint (the double rounding the restart must repair) at several steps, including the
     last."""
-    from fpemu.validate.ops.norms import _scan  # noqa: PLC0415
+    from fpemu.validate.ops._ln_grads import _scan  # noqa: PLC0415
 
     rng = np.random.default_rng(7)
     a = rng.standard_normal((40, 3, 6)).astype(np.float32).astype(np.float64)
@@ -240,22 +240,22 @@ def test_layer_norm_buffer_scan_checks_every_block(
     """The scan's boundary check runs over blocks of steps (cache-sized): with 3 steps a block,
     double-rounding cases in later blocks (steps 13 and 27, after random exact products) are
     still found and repaired, equal to the exact loop."""
-    from fpemu.validate.ops import norms  # noqa: PLC0415
+    from fpemu.validate.ops import _ln_grads as grads  # noqa: PLC0415
 
-    monkeypatch.setattr(norms, "_CHECK_BLOCK", 24)  # 2 threads x 4 columns: 3 steps a block
+    monkeypatch.setattr(grads, "_CHECK_BLOCK", 24)  # 2 threads x 4 columns: 3 steps a block
     rng = np.random.default_rng(17)
     a = rng.standard_normal((30, 2, 4)).astype(np.float32).astype(np.float64)
     b = rng.standard_normal((30, 2, 4)).astype(np.float32).astype(np.float64)
     t = a * b * 2.0**-30  # small next to the buffer's 1: the buffer stays near 1
     t[0] = 1.0
-    ours, oracle = norms._scan(t, 4, buf), _scan_oracle(t, buf)
+    ours, oracle = grads._scan(t, 4, buf), _scan_oracle(t, buf)
     assert (ours.view(np.uint64) == oracle.view(np.uint64)).all()
     # now buffers exactly at 1 when the crafted terms arrive: zero terms between them
     t = np.zeros((30, 2, 4))
     t[0] = 1.0
     t[13, 0, 1] = 2.0**-24 + 2.0**-76  # float64 rounds onto the float32 midpoint 1 + 2^-24
     t[27, 1, 3] = -(2.0**-25 + 2.0**-77)
-    ours, oracle = norms._scan(t, 4, buf), _scan_oracle(t, buf)
+    ours, oracle = grads._scan(t, 4, buf), _scan_oracle(t, buf)
     assert (ours.view(np.uint64) == oracle.view(np.uint64)).all()
     if buf == "float32":  # repaired: plain float64 then float32 would leave 1.0
         assert ours[0, 1] == 1 + 2.0**-23 and ours[1, 3] == 1 - 2.0**-24

@@ -43,9 +43,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from fpemu.validate.ops import Call, Out
+from fpemu.validate.ops import Call, Out, lazy
 from fpemu.validate.ops._fp import K_LIBM, hull_out, quiet
-from fpemu.validate.ops._iv import ETA, IV, U, iv_out
+from fpemu.validate.ops._iv import ETA, IV, U, iv_ends, iv_out
 from fpemu.validate.ops._num import LOW, to
 
 _F = np.float32
@@ -156,9 +156,8 @@ def log_softmax(call: Call) -> list[Out | None]:
     _float64(name)
     xl = _last(x, dim)
     m = np.max(xl, axis=-1, keepdims=True) if xl.size else xl
-    X, M = IV.of(xl), IV.of(m)
-    d = X - M
     if name in LOW and (x.ndim <= 1 or dim % x.ndim == x.ndim - 1):
+        d = IV.of(xl) - IV.of(m)
         s16 = _ends16(_sum(_exp(d, K_LIBM)), name)
         logs = [_log(IV(np.asarray(v, np.float64), 0.0)) for v in s16]
         l16 = [_ends16(logs[0], name)[0], _ends16(logs[1], name)[1]]
@@ -166,15 +165,60 @@ def log_softmax(call: Call) -> list[Out | None]:
         ev = [dv - v for v in l16]
         return [hull_out(_back(ev[0], dim, x.shape), [_back(v, dim, x.shape) for v in ev],
                          name, _WHY16)]  # fmt: skip
-    ls = _log(_sum(_exp(d, K_LIBM)))
-    one = d - ls  # (x - m) - log s
-    two = X - (M + ls)  # x - (m + log s)
-    res = IV(one.v, np.maximum(one.e, two.e))
     with np.errstate(all="ignore"):
         dv = (xl - m).astype(np.float32)
         s = np.sum(np.exp(dv.astype(np.float64)).astype(np.float32), axis=-1, keepdims=True)
         val = dv - np.log(s.astype(np.float64)).astype(np.float32)
-    return [_out(val, res, dim, x.shape, name)]
+    if _rows(x, xl, dim):
+        return [_lazy_rows(val, xl, m, name)]
+    X, M = IV.of(xl), IV.of(m)
+    return [_out(val, _log_softmax_iv(X, M, X - M), dim, x.shape, name)]
+
+
+def _log_softmax_iv(X: IV, M: IV, d: IV) -> IV:
+    """The running bound of ``log_softmax`` at the elements of ``X`` (rows of ``M``; ``d =
+    X - M``): ``ls = log(sum(exp(x - m)))`` of whole rows, then ``(x - m) - ls`` with the larger
+    error of its two orders. ``ls`` may be given instead of the rows (see :func:`_lazy_rows`)."""
+    ls = _log(_sum(_exp(d, K_LIBM)))
+    return _log_softmax_at(X, M, d, ls)
+
+
+def _log_softmax_at(X: IV, M: IV, d: IV, ls: IV) -> IV:
+    one = d - ls  # (x - m) - log s
+    two = X - (M + ls)  # x - (m + log s)
+    return IV(one.v, np.maximum(one.e, two.e))
+
+
+def _rows(x: np.ndarray, xl: np.ndarray, dim: int) -> bool:
+    """Whether the lazy, per-element bound applies: a non-empty tensor reduced over its last
+    dimension, whose float32 (or float64) copy ``xl`` is C-contiguous, so that every array the
+    bound derives from it is C-contiguous too and the row sums see the same layout (NumPy's
+    sum order) as :func:`_out`'s whole-array path."""
+    return bool(x.ndim >= 1 and xl.size and dim % x.ndim == x.ndim - 1
+                and xl.flags.c_contiguous)  # fmt: skip
+
+
+def _lazy_rows(val: np.ndarray, xl: np.ndarray, m: np.ndarray, name: str) -> Out:
+    """:func:`_log_softmax_iv`'s bound only where the watcher asks (``lazy``: in the bench GPT
+    torch's loss differs from the value at a few elements of a few rows, in some steps): the
+    row terms (``log s``, a sum of exponentials over the row) of the asked elements' rows only,
+    gathered into a C-contiguous array (NumPy sums each contiguous row alone, so a row's sum
+    is the same in any such array), then the elementwise rest at the asked elements (IV
+    arithmetic and :func:`iv_ends` act element by element: a gathered element gets the whole
+    array's bits)."""
+    cols = xl.shape[-1]
+    x2, m1 = xl.reshape(-1, cols), m.reshape(-1)
+
+    def bound(idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        with np.errstate(all="ignore"):
+            rows, at = np.unique(idx // cols, return_inverse=True)
+            xr, mr = x2[rows], m1[rows, None]
+            ls = _log(_sum(_exp(IV.of(xr) - IV.of(mr), K_LIBM)))
+            xi, mi = IV.of(x2.reshape(-1)[idx]), IV.of(m1[rows][at])
+            li = IV(ls.v[at, 0], ls.e[at, 0])
+            return iv_ends(_log_softmax_at(xi, mi, xi - mi, li), name)
+
+    return lazy(to(val, name), bound, _WHY)
 
 
 @quiet("aten._softmax_backward_data.default")
@@ -198,9 +242,66 @@ def log_softmax_backward(call: Call) -> list[Out | None]:
     g, y, dim, name = call.args[0], call.args[1], int(call.args[2]), call.out_dtypes[0]
     _float64(name)
     gl, yl = _last(g, dim), _last(y, dim)
+    with np.errstate(all="ignore"):
+        ey = np.exp(yl.astype(np.float64))
+        sv = np.asarray(np.sum(gl, axis=-1, keepdims=True, dtype=np.float32))
+        val = _minus_product(gl, ey.astype(np.float32), sv)
+    if _rows(g, gl, dim) and yl.flags.c_contiguous:
+        # the bound where the watcher asks: sum(g) of whole rows (as the eager path sums them:
+        # the same C-contiguous layout), the rest element by element; exp(y) is ``ey``, the
+        # value's own exponentials (the eager path's _exp takes np.exp of the same float64
+        # values: the same bits)
+        cols = gl.shape[-1]
+        sums: list[IV] = []
+
+        def bound(idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            with np.errstate(all="ignore"):
+                if not sums:
+                    sums.append(_sum_exact(gl.astype(np.float64)))
+                S, r = sums[0], idx // cols
+                gi = IV.of(gl.reshape(-1)[idx])
+                si = IV(S.v.reshape(-1)[r], S.e.reshape(-1)[r])
+                return iv_ends(gi - _exp_zero(ey.reshape(-1)[idx]) * si, name)
+
+        return [lazy(to(val, name), bound, _WHY)]
     G = IV.of(gl)
     res = G - _exp(IV.of(yl)) * _sum(G)
-    with np.errstate(all="ignore"):
-        sv = np.sum(gl, axis=-1, keepdims=True, dtype=np.float32)
-        val = gl - np.exp(yl.astype(np.float64)).astype(np.float32) * sv
     return [_out(val, res, dim, g.shape, name)]
+
+
+def _minus_product(g: np.ndarray, e: np.ndarray, s: np.ndarray) -> np.ndarray:
+    """``g - e * s`` in float32 (float32 ``g``, ``e`` and ``s``, broadcast), through float64: the
+    product of two float32 values is exact in float64 and the cast rounds it once, as the
+    float32 multiply does; the float64 difference of two float32 values rounded to float32 is
+    the float32 difference (Figueroa: 53 >= 2*24 + 2; where the result is a float32 subnormal,
+    both are multiples of 2**-149 and their difference is exact in float64). Same bits, without
+    float32 subnormal arithmetic (a quarter of exp(y) in the bench GPT's loss: NumPy's float32
+    multiply and subtract then take 5x longer, in microcode assists). A NaN anywhere (whose
+    payload could follow another operand order): the float32 expression itself."""
+    prod = (e.astype(np.float64) * s.astype(np.float64)).astype(np.float32)
+    out = (g.astype(np.float64) - prod.astype(np.float64)).astype(np.float32)
+    if np.isnan(out).any():
+        return np.asarray(g - e * s)
+    return out
+
+
+def _sum_exact(v: np.ndarray) -> IV:
+    """``_sum(IV.of(v))`` for a C-contiguous float64 ``v``, without the zero error array: its
+    ``abs(v) + 0.0`` is ``abs(v)`` (never -0), a C-contiguous array of the same values (the same
+    row sums), and the error sum of zeros is +0.0, so the bound is ``0.0 + g absum + k 2**-52
+    absum + k eta``, each operation as :func:`_sum` does it."""
+    k = v.shape[-1]
+    g = (k - 1) * U / (1 - (k - 1) * U)
+    absum = np.sum(np.abs(v), axis=-1, keepdims=True)
+    total = np.sum(v, axis=-1, keepdims=True)
+    zero = np.zeros(total.shape)
+    return IV(total, zero + g * absum + k * 2.0**-52 * absum + k * ETA)
+
+
+def _exp_zero(ev: np.ndarray, k: int = K_EXP) -> IV:
+    """``_exp(IV.of(a))`` given ``ev = np.exp(a)``: with no error in the argument the slope
+    term is ``np.where(0 > 0, ..., 0.0)``, zeros, so the bound is ``0.0 + k ulp(|ev| + 0.0) +
+    2**-126``: the same operations on the same values (0.0 plus a non-negative or NaN term
+    leaves its bits; the added zeros are kept anyway: cheap on the gathered elements)."""
+    prop = np.zeros(ev.shape)
+    return IV(ev, prop + k * _ulp32(np.abs(ev) + prop) + 2.0**-126)
