@@ -6,12 +6,9 @@ to overwrite), lets torch run the op, converts its outputs, and asks the op's em
 local to the op that made it. Where a worker process is ready, the judgements that cost more
 than copying their operands go to a queue (:mod:`fpemu.offload`) and the step goes on; their
 verdicts are put into the rows when the report is asked for or the block ends
-(:meth:`Watcher.settle`): the same verdicts, made on the other core. A judgement is made here
-instead when the worker already has more queued than it costs (each kind of call is timed, in
-either process: :mod:`.schedule`): the worker stays busy meanwhile, and no copy is made of
-operands this thread would have judged at the end anyway (the calls the worker has not reached
-when the block ends are taken back); where the worker falls behind (a machine whose second core
-is busy), more is judged here. It also notes where the
+(:meth:`Watcher.settle`): the same verdicts, made on the other core. Where the worker falls
+far behind (a machine whose second core is busy), a judgement is made here instead, with no
+copy (:mod:`.schedule`). It also notes where the
 op ran: the training step, the phase
 (``forward``, ``backward``: inside autograd's engine, ``optimizer``: inside ``optimizer.step``
 or ``zero_grad``, ``scaler``: inside a ``GradScaler`` method) and the module (torch's
