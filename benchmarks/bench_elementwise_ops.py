@@ -26,13 +26,12 @@ machine: ``OMP_NUM_THREADS=1 python benchmarks/bench_elementwise_ops.py [--confi
 from __future__ import annotations
 
 import argparse
-import sys
-import types
 from collections import Counter
 from typing import Any
 
 import numpy as np
-from op_calls import TABLE, capture, git_show, judged, lookup  # this folder
+import op_calls
+from op_calls import TABLE, capture, judged  # this folder
 from timing import interleaved  # benchmarks/timing.py (this folder is on sys.path)
 
 from fpemu.validate.ops import Call
@@ -51,32 +50,11 @@ OPS = (
 #: the modules compared, in import order (each imports only earlier ones of this list; one a
 #: base does not have is skipped: ``libm`` came out of ``elementwise``)
 MODULES = ("_fma", "_fp", "elementwise", "libm", "optim", "reductions", "casts")
-PKG = "fpemu.validate.ops"
 
 
 def old_table(base: str) -> dict[str, Any]:
-    """The emulations of :data:`MODULES` as of git ``base``: each module's source is executed
-    as a throwaway module while ``sys.modules`` holds the old versions of the others (so the
-    old ``optim`` gets the old ``fma32``) and the registry is empty; the real registry and
-    modules are put back afterwards."""
-    lookup(OPS[0])  # load the registry first
-    saved_table = dict(TABLE)
-    saved_mods = {m: sys.modules[f"{PKG}.{m}"] for m in MODULES}
-    TABLE.clear()
-    try:
-        for m in MODULES:
-            path = f"fpemu/validate/ops/{m}.py"
-            src = git_show(base, path)
-            if src is None:
-                continue
-            mod = types.ModuleType(f"{PKG}.{m}")
-            sys.modules[f"{PKG}.{m}"] = mod
-            exec(compile(src, f"{base}:{path}", "exec"), mod.__dict__)
-        return dict(TABLE)
-    finally:
-        TABLE.clear()
-        TABLE.update(saved_table)
-        sys.modules.update({f"{PKG}.{m}": mod for m, mod in saved_mods.items()})
+    """The emulations of :data:`MODULES` as of git ``base`` (:func:`op_calls.old_table`)."""
+    return op_calls.old_table(base, MODULES)
 
 
 def _same_bits(a: Any, b: Any) -> bool:

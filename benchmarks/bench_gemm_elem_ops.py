@@ -25,11 +25,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-import types
 from typing import Any
 
 import numpy as np
-from op_calls import TABLE, capture, git_show, judged, lookup  # this folder
+import op_calls
+from op_calls import TABLE, capture, judged  # this folder
 from timing import interleaved  # this folder
 
 from fpemu.validate.ops import Call, Out
@@ -53,32 +53,11 @@ OPS = (
 #: the modules compared, in import order (each imports only earlier ones of this list); one the
 #: base does not have is skipped (the new modules import this tree's)
 MODULES = ("_num", "_fma", "_fp", "elementwise", "libm", "optim", "casts", "matmul")
-PKG = "fpemu.validate.ops"
 
 
 def old_table(base: str) -> dict[str, Any]:
-    """The emulations of :data:`MODULES` as of git ``base``, registered into an empty table
-    while ``sys.modules`` holds the old versions (the old ``optim`` gets the old ``fma32``);
-    the real registry and modules are put back afterwards."""
-    lookup(OPS[0])  # load the registry first
-    saved_table = dict(TABLE)
-    saved_mods = {m: sys.modules[f"{PKG}.{m}"] for m in MODULES}
-    TABLE.clear()
-    try:
-        for m in MODULES:
-            path = f"fpemu/validate/ops/{m}.py"
-            src = git_show(base, path)
-            if src is None:
-                continue
-            mod = types.ModuleType(f"{PKG}.{m}")
-            mod.__file__ = f"{base}:{path}"
-            sys.modules[f"{PKG}.{m}"] = mod
-            exec(compile(src, f"{base}:{path}", "exec"), mod.__dict__)
-        return dict(TABLE)
-    finally:
-        TABLE.clear()
-        TABLE.update(saved_table)
-        sys.modules.update({f"{PKG}.{m}": mod for m, mod in saved_mods.items()})
+    """The emulations of :data:`MODULES` as of git ``base`` (:func:`op_calls.old_table`)."""
+    return op_calls.old_table(base, MODULES)
 
 
 def _bits(a: Any) -> tuple[Any, ...]:

@@ -17,14 +17,13 @@ meaningless). Pin threads on a shared machine:
 
 from __future__ import annotations
 
-import argparse
 import sys
 import types
 from typing import Any
 
 import numpy as np
 import torch
-from op_calls import capture, git_show  # this folder
+from op_calls import bench_args, capture, git_show  # this folder
 from timing import interleaved  # benchmarks/timing.py (this folder is on sys.path)
 
 from fpemu.validate import ops
@@ -89,11 +88,7 @@ def out_bits(outs: Any) -> list[tuple[Any, ...]]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--base", default=BASE)
-    ap.add_argument("--repeats", type=int, default=15)
-    ap.add_argument("--configs", nargs="+", default=["bf16", "fp32", "fp16"])
-    args = ap.parse_args()
+    args = bench_args(__doc__, BASE)
     old = _old_modules(args.base)
     olds = {OPS[0]: old.layer_norm, OPS[1]: old.layer_norm_backward}
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; old = {args.base}")

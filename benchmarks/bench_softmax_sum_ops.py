@@ -18,14 +18,13 @@ order. Pin threads on a shared machine:
 
 from __future__ import annotations
 
-import argparse
 import sys
 import types
 from typing import Any
 
 import torch
 from bench_norm_ops import out_bits  # this folder
-from op_calls import capture, git_show, judged
+from op_calls import bench_args, capture, git_show, judged
 from timing import interleaved
 
 from fpemu.validate import ops
@@ -67,11 +66,7 @@ def old_emulations(base: str, modules: set[str]) -> dict[str, Any]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--base", default=BASE)
-    ap.add_argument("--repeats", type=int, default=15)
-    ap.add_argument("--configs", nargs="+", default=["bf16", "fp32", "fp16"])
-    args = ap.parse_args()
+    args = bench_args(__doc__, BASE)
     olds = old_emulations(args.base, set(OPS.values()))
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; old = {args.base}")
     print(f"{'op':34} {'config':6} {'calls':>5} {'old/call':>10} {'new/call':>10} {'speed-up':>8}")

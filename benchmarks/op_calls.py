@@ -7,17 +7,20 @@ checkout first on ``sys.path`` (its ``TABLE`` and ``lookup`` are this checkout's
 
 from __future__ import annotations
 
+import argparse
 import copy
 import importlib.util
 import os
 import subprocess
 import sys
 import tempfile
+import types
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TABLE", "capture", "git_show", "judged", "load_source", "lookup"]
+__all__ = ["TABLE", "bench_args", "capture", "git_show", "judged", "load_source", "lookup",
+           "old_table"]
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -88,3 +91,42 @@ def load_source(name: str, src: str) -> Any:
     sys.modules[name] = mod
     spec.loader.exec_module(mod)
     return mod
+
+
+def old_table(base: str, modules: Iterable[str]) -> dict[str, Any]:
+    """The emulations that ``fpemu/validate/ops/<m>.py`` registers for each ``m`` of
+    ``modules`` as of git ``base``: each module's source is executed as a throwaway module,
+    in order, while ``sys.modules`` holds the old versions of the ones before it (so an old
+    ``optim`` gets the old ``fma32``) and the registry is empty; the real registry and modules
+    are put back afterwards. A module the base does not have is passed over."""
+    pkg = "fpemu.validate.ops"
+    lookup("aten.mm.default")  # load the registry first
+    saved_table = dict(TABLE)
+    saved_mods = {m: sys.modules[f"{pkg}.{m}"] for m in modules if f"{pkg}.{m}" in sys.modules}
+    TABLE.clear()
+    try:
+        for m in modules:
+            path = f"fpemu/validate/ops/{m}.py"
+            src = git_show(base, path)
+            if src is None:
+                continue
+            mod = types.ModuleType(f"{pkg}.{m}")
+            mod.__file__ = f"{base}:{path}"
+            sys.modules[f"{pkg}.{m}"] = mod
+            exec(compile(src, f"{base}:{path}", "exec"), mod.__dict__)
+        return dict(TABLE)
+    finally:
+        TABLE.clear()
+        TABLE.update(saved_table)
+        sys.modules.update({f"{pkg}.{m}": mod for m, mod in saved_mods.items()})
+
+
+def bench_args(doc: str, base: str) -> argparse.Namespace:
+    """The command line of an old-against-new per-op benchmark: ``--base`` (git revision of
+    the old code, default ``base``), ``--repeats`` (best of, 15), ``--configs`` (bf16 fp32
+    fp16); ``doc`` is the script's docstring (its first line describes it)."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--base", default=base)
+    ap.add_argument("--repeats", type=int, default=15)
+    ap.add_argument("--configs", nargs="+", default=["bf16", "fp32", "fp16"])
+    return ap.parse_args()

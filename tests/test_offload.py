@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from typing import Any
 
 import ml_dtypes
 import numpy as np
@@ -126,30 +127,37 @@ def test_no_worker_when_processes_are_off(monkeypatch: pytest.MonkeyPatch) -> No
 
 def test_watch_rows_equal_with_and_without_worker(monkeypatch: pytest.MonkeyPatch) -> None:
     """The verdicts do not depend on who judged: rows with the worker equal rows without."""
-    torch = pytest.importorskip("torch")
-    import fpemu  # noqa: PLC0415
-
+    pytest.importorskip("torch")
     procpool.start(1, timeout=120)
 
-    def run() -> list[tuple[str, str, str, int]]:
-        torch.manual_seed(0)
-        net = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.LayerNorm(64),
-                                  torch.nn.Linear(64, 8))  # fmt: skip
-        opt = torch.optim.AdamW(net.parameters(), lr=1e-3)
-        x = torch.randn(16, 32, generator=torch.Generator().manual_seed(1))
-        with fpemu.watch() as w:
-            for _ in range(2):
-                with torch.autocast("cpu", dtype=torch.bfloat16):
-                    loss = net(x).float().square().mean()
-                loss.backward()
-                opt.step()
-                opt.zero_grad()
-        return [(r["op"], r["verdict"], r["cause"], r["ndiff"]) for r in w.report().rows]
-
-    with_worker = run()
+    with_worker, _ = _watched_mlp(16, 32, 64, 8)
     monkeypatch.setenv("FPEMU_PROCESSES", "0")
-    assert run() == with_worker
-    assert all(v in ("identical", "bounded") for _, v, _, _ in with_worker)
+    assert _watched_mlp(16, 32, 64, 8) == (with_worker, 0)
+    assert all(r[1] in ("identical", "bounded") for r in with_worker)
+
+
+def _watched_mlp(batch: int, d_in: int, width: int, d_out: int) -> tuple[list[Any], int]:
+    """The rows (op, verdict, cause, ndiff, ulps) of 2 watched bf16 AdamW steps of a
+    Linear-GELU-LayerNorm-Linear net, and how many judgements the worker made."""
+    import torch  # noqa: PLC0415 (the callers skip without it)
+
+    import fpemu  # noqa: PLC0415
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(d_in, width), torch.nn.GELU(),
+                              torch.nn.LayerNorm(width), torch.nn.Linear(width, d_out))  # fmt: skip
+    opt = torch.optim.AdamW(net.parameters(), lr=1e-3)
+    x = torch.randn(batch, d_in, generator=torch.Generator().manual_seed(1))
+    with fpemu.watch() as w:
+        for _ in range(2):
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = net(x).float().square().mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+    r = w.report()
+    rows = [(x["op"], x["verdict"], x["cause"], x["ndiff"], x["ulps"]) for x in r.rows]
+    return rows, r.settings["worker_judgements"]
 
 
 def test_watch_uses_an_emulation_replaced_in_this_process(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -260,33 +268,15 @@ def test_watch_rows_equal_whoever_judges(monkeypatch: pytest.MonkeyPatch, margin
     """Judging a call here or queueing it (the backlog rule's two extremes: judge here whenever
     the worker has anything queued, never judge here) gives the rows judged all in one process;
     the calls are large enough to be queued."""
-    torch = pytest.importorskip("torch")
-    import fpemu  # noqa: PLC0415
+    pytest.importorskip("torch")
     from fpemu.validate.watch import schedule  # noqa: PLC0415
 
     procpool.start(1, timeout=120)
 
-    def run() -> tuple[list[tuple[str, str, str, int, float]], int]:
-        torch.manual_seed(0)
-        net = torch.nn.Sequential(torch.nn.Linear(128, 256), torch.nn.GELU(),
-                                  torch.nn.LayerNorm(256), torch.nn.Linear(256, 64))  # fmt: skip
-        opt = torch.optim.AdamW(net.parameters(), lr=1e-3)
-        x = torch.randn(64, 128, generator=torch.Generator().manual_seed(1))
-        with fpemu.watch() as w:
-            for _ in range(2):
-                with torch.autocast("cpu", dtype=torch.bfloat16):
-                    loss = net(x).float().square().mean()
-                loss.backward()
-                opt.step()
-                opt.zero_grad()
-        r = w.report()
-        rows = [(x["op"], x["verdict"], x["cause"], x["ndiff"], x["ulps"]) for x in r.rows]
-        return rows, r.settings["worker_judgements"]
-
     monkeypatch.setattr(schedule, "MARGIN", margin)
-    with_worker, by_worker = run()
+    with_worker, by_worker = _watched_mlp(64, 128, 256, 64)
     if procpool.capacity() and margin:
         assert by_worker > 0 and schedule.COSTS  # queued, and the judgements were timed
     monkeypatch.setenv("FPEMU_PROCESSES", "0")
-    assert run() == (with_worker, 0)
-    assert all(v in ("identical", "bounded") for _, v, _, _, _ in with_worker)
+    assert _watched_mlp(64, 128, 256, 64) == (with_worker, 0)
+    assert all(r[1] in ("identical", "bounded") for r in with_worker)
