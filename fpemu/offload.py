@@ -116,7 +116,7 @@ class Queue:
         try:
             msg = self._encode(ticket, ("job", _timed, (fn, *args), {}, np.geterr()))
         except StayError:
-            self._finish(ticket, _timed_here(fn, args))
+            self._finish(ticket, _timed(fn, *args))
             return ticket
         self._msgs[ticket] = msg
         self._cost[ticket] = cost
@@ -277,7 +277,7 @@ class Queue:
         head = memoryview(self._msgs[ticket])[16:]  # (the frame's 16 bytes first)
         _, _, (fn, *args), _, err = pickle.loads(head)  # arrays: read-only views of the ring
         with np.errstate(**err):
-            self._finish(ticket, _timed_here(fn, args))
+            self._finish(ticket, _timed(fn, *args))
 
     def _finish(self, ticket: int, done: tuple[bool, Any, float]) -> None:
         """Record a result (``(ok, value or exception, seconds)``) and free its message."""
@@ -294,10 +294,6 @@ class Queue:
 def _timed(fn: Any, *args: Any) -> tuple[bool, Any, float]:
     """``fn(*args)`` as ``(ok, value or the exception, seconds)``: what a queued call
     sends back (the worker runs this; the caller learns what each kind of call costs)."""
-    return _timed_here(fn, args)
-
-
-def _timed_here(fn: Any, args: Any) -> tuple[bool, Any, float]:
     t0 = time.perf_counter()
     try:
         value = fn(*args)

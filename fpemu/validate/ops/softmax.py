@@ -248,20 +248,19 @@ def log_softmax_backward(call: Call) -> list[Out | None]:
         val = _minus_product(gl, ey.astype(np.float32), sv)
     if _rows(g, gl, dim) and yl.flags.c_contiguous:
         # the bound where the watcher asks: sum(g) of whole rows (as the eager path sums them:
-        # the same C-contiguous layout), the rest element by element; exp(y) is ``ey``, the
-        # value's own exponentials (the eager path's _exp takes np.exp of the same float64
-        # values: the same bits)
+        # the same C-contiguous layout), the rest element by element, by the eager path's own
+        # operations (elementwise: a gathered element gets the whole array's bits)
         cols = gl.shape[-1]
         sums: list[IV] = []
 
         def bound(idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             with np.errstate(all="ignore"):
                 if not sums:
-                    sums.append(_sum_exact(gl.astype(np.float64)))
+                    sums.append(_sum(IV.of(gl)))
                 S, r = sums[0], idx // cols
                 gi = IV.of(gl.reshape(-1)[idx])
                 si = IV(S.v.reshape(-1)[r], S.e.reshape(-1)[r])
-                return iv_ends(gi - _exp_zero(ey.reshape(-1)[idx]) * si, name)
+                return iv_ends(gi - _exp(IV.of(yl.reshape(-1)[idx])) * si, name)
 
         return [lazy(to(val, name), bound, _WHY)]
     G = IV.of(gl)
@@ -283,25 +282,3 @@ def _minus_product(g: np.ndarray, e: np.ndarray, s: np.ndarray) -> np.ndarray:
     if np.isnan(out).any():
         return np.asarray(g - e * s)
     return out
-
-
-def _sum_exact(v: np.ndarray) -> IV:
-    """``_sum(IV.of(v))`` for a C-contiguous float64 ``v``, without the zero error array: its
-    ``abs(v) + 0.0`` is ``abs(v)`` (never -0), a C-contiguous array of the same values (the same
-    row sums), and the error sum of zeros is +0.0, so the bound is ``0.0 + g absum + k 2**-52
-    absum + k eta``, each operation as :func:`_sum` does it."""
-    k = v.shape[-1]
-    g = (k - 1) * U / (1 - (k - 1) * U)
-    absum = np.sum(np.abs(v), axis=-1, keepdims=True)
-    total = np.sum(v, axis=-1, keepdims=True)
-    zero = np.zeros(total.shape)
-    return IV(total, zero + g * absum + k * 2.0**-52 * absum + k * ETA)
-
-
-def _exp_zero(ev: np.ndarray, k: int = K_EXP) -> IV:
-    """``_exp(IV.of(a))`` given ``ev = np.exp(a)``: with no error in the argument the slope
-    term is ``np.where(0 > 0, ..., 0.0)``, zeros, so the bound is ``0.0 + k ulp(|ev| + 0.0) +
-    2**-126``: the same operations on the same values (0.0 plus a non-negative or NaN term
-    leaves its bits; the added zeros are kept anyway: cheap on the gathered elements)."""
-    prop = np.zeros(ev.shape)
-    return IV(ev, prop + k * _ulp32(np.abs(ev) + prop) + 2.0**-126)

@@ -19,6 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from fpemu.validate.watch.convert import _types
+
 __all__ = ["UNDECLARED_WRITES", "Plan", "outputs", "plan", "written_ids"]
 
 #: ops that overwrite arguments their schema does not mark as written (argument positions)
@@ -66,16 +68,8 @@ def _arg(p: Plan, args: tuple[Any, ...], kwargs: dict[str, Any], i: int) -> Any:
     return kwargs.get(p.names[i])
 
 
-_TENSOR: Any = None
-
-
 def _flat(x: Any) -> list[Any]:
-    global _TENSOR
-    if _TENSOR is None:
-        import torch  # noqa: PLC0415
-
-        _TENSOR = torch.Tensor
-    if isinstance(x, _TENSOR):
+    if isinstance(x, _types()[0]):
         return [x]
     if isinstance(x, (list, tuple)):
         return [t for item in x for t in _flat(item)]
