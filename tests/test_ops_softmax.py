@@ -97,3 +97,20 @@ def test_registered() -> None:
 def test_capabilities() -> None:
     """The same claims hold under ATEN_CPU_CAPABILITY=default and avx2 (subprocesses)."""
     rerun(__file__)
+
+
+@pytest.mark.parametrize("name", LOWF)
+def test_partly_masked_rows_are_judged(name: str) -> None:
+    """A row with some -inf logits (causal attention by hand): ``-inf - max`` is exactly -inf
+    in the kernel, so its other elements keep a finite bound, and one 0.1% off differs (the
+    bound was infinite there: nothing in such a row was judged)."""
+    x = logits((6, 40), name, 6)
+    x[:, 20:] = float("-inf")
+    x[0, 5] = float("-inf")
+    assert check(aten._softmax.default, x, -1, False, claim="bounded")
+    outs, emulated = emulate(aten._softmax.default, x, -1, False)
+    a = to_numpy(outs[0])
+    k = int(np.argmax(a.astype(np.float64).ravel()))
+    off = np.array(a, copy=True)
+    off.reshape(-1)[k] = (a.astype(np.float64).reshape(-1)[k] * 1.01).astype(a.dtype)
+    assert judge(off, emulated[0]).verdict == "differs"

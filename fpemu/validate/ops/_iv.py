@@ -34,9 +34,18 @@ ETA = 2.0**-150
 
 
 def _round(v: np.ndarray, e: np.ndarray) -> IV:
-    """The bound after the kernel rounds a value within ``e`` of ``v`` to float32."""
+    """The bound after the kernel rounds a value within ``e`` of ``v`` to float32.
+
+    An infinite ``v`` with ``e = 0`` is an infinite operand met by exact ones (``-inf - m``, a
+    masked logit less its row's maximum: float64 does not overflow on float32 operands), whose
+    IEEE result is that infinity in float32 too: exact, not ``inf`` off (which made every
+    element that a row sum or product of it reaches unjudged)."""
     with np.errstate(invalid="ignore", over="ignore"):
-        return IV(v, e + U * (np.abs(v) + e) + ETA)
+        out = IV(v, e + U * (np.abs(v) + e) + ETA)
+        inf = np.isinf(out.v)
+        if inf.any():
+            out.e[inf & (np.asarray(e) == 0)] = 0.0  # (e broadcast as out.e is)
+        return out
 
 
 class IV:
