@@ -114,3 +114,36 @@ def test_partly_masked_rows_are_judged(name: str) -> None:
     off = np.array(a, copy=True)
     off.reshape(-1)[k] = (a.astype(np.float64).reshape(-1)[k] * 1.01).astype(a.dtype)
     assert judge(off, emulated[0]).verdict == "differs"
+
+
+@pytest.mark.parametrize("name", LOWF)
+@pytest.mark.parametrize("dim", [-1, 1])
+def test_safe_softmax(name: str, dim: int) -> None:
+    """``_safe_softmax`` (nn.MultiheadAttention's): softmax, and 0 in the rows that are -inf
+    throughout (where ``_softmax`` gives NaN); those NaN, or an element elsewhere off, differ."""
+    x = logits((3, 5, 16), name, 4)
+    if dim == -1:
+        x[0, 1, :] = float("-inf")  # a row all -inf
+        x[:, :, 2] = float("-inf")  # partly masked rows
+    else:
+        x[0, :, 3] = float("-inf")
+        x[:, 2, :] = float("-inf")
+    assert torch.isinf(x).all(dim).any()
+    check(aten._safe_softmax.default, x, dim, claim="bounded")
+    outs, emulated = emulate(aten._safe_softmax.default, x, dim)
+    nan = to_numpy(aten._softmax.default(x, dim, False))  # the plain kernel: NaN rows
+    assert np.isnan(nan.astype(np.float64)).any()
+    assert judge(nan, emulated[0]).verdict == "differs"
+    a = to_numpy(outs[0])
+    off = np.array(a, copy=True)
+    k = int(np.flatnonzero(a.astype(np.float64).ravel() > 0.05)[0])
+    off.reshape(-1)[k] = off.reshape(-1)[k] * 2
+    assert judge(off, emulated[0]).verdict == "differs"
+
+
+def test_safe_softmax_with_dtype() -> None:
+    """``dtype`` converts the input first (``at::softmax``): bfloat16 in, float32 out."""
+    x = logits((4, 40), "bfloat16", 5)
+    x[0] = float("-inf")
+    check(aten._safe_softmax.default, x, -1, torch.float32, claim="bounded")
+    assert aten._safe_softmax.default(x, -1, torch.float32).dtype == torch.float32

@@ -2,7 +2,7 @@
 (nonzero where a bounded op's value differs from torch's kernel, zero where every op on the
 path to the parameters is bit-identical), the caller's objects left alone, bad arguments.
 
-The zoo is tests/watch_zoo.py (18 models) under its three configurations (bf16 autocast +
+The zoo is tests/watch_zoo.py (19 models) under its three configurations (bf16 autocast +
 AdamW, fp16 autocast + GradScaler + SGD momentum, float32 + AdamW), 3 steps. A correct model
 must give 0 rows ``differs``, ``policy`` or ``not_emulated`` and 0 procedure findings, in both
 modes; in the independent mode the twin must run every op from the table (nothing left to

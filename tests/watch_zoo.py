@@ -249,6 +249,19 @@ class MHAEncoder(nn.Module):
         return x + self.mlp(x)
 
 
+class TransformerLayer(nn.Module):
+    """torch's own ``nn.TransformerEncoderLayer`` (its attention through ``_safe_softmax``, with
+    dropout in train mode), mean-pooled into a classifier."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = nn.TransformerEncoderLayer(16, 2, 32, dropout=0.1, batch_first=True)
+        self.head = nn.Linear(16, 5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.layer(x).mean(1))
+
+
 # -- the zoo -----------------------------------------------------------------------------------
 def _cls(n: int) -> Callable[[torch.Generator], tuple[torch.Tensor, torch.Tensor]]:
     return lambda g: (torch.randn(n, 16, generator=g), torch.randint(0, 5, (n,), generator=g))
@@ -283,6 +296,9 @@ ZOO: dict[str, tuple[Callable[[], nn.Module], Callable[..., Any], str]] = {
     "gpt_manual_attention": (lambda: GPT(sdpa=False), _tokens, "ce_tokens"),
     "gpt_sdpa": (lambda: GPT(sdpa=True), _tokens, "ce_tokens"),
     "gpt_dropout": (lambda: GPT(sdpa=True, dropout=0.1, layers=1), _tokens, "ce_tokens"),
+    "transformer_layer": (TransformerLayer, lambda g: (torch.randn(3, 6, 16, generator=g),
+                                                       torch.randint(0, 5, (3,), generator=g)),
+                          "ce"),
     "mha_encoder": (MHAEncoder, lambda g: (torch.randn(2, 6, 16, generator=g),
                                            torch.randn(2, 6, 16, generator=g)), "mse"),
 }  # fmt: skip

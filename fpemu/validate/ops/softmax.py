@@ -43,14 +43,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from fpemu.validate.ops import Call, Out, lazy
+from fpemu.validate.ops import Call, Out, bounded, lazy
 from fpemu.validate.ops._fp import K_LIBM, hull_out, quiet
 from fpemu.validate.ops._iv import ETA, IV, U, iv_ends, iv_out
 from fpemu.validate.ops._num import LOW, to
+from fpemu.validate.ops.casts import convert
 
 _F = np.float32
 
-__all__ = ["log_softmax", "log_softmax_backward", "softmax", "softmax_backward"]
+__all__ = ["log_softmax", "log_softmax_backward", "safe_softmax", "softmax", "softmax_backward"]
 
 #: ulps of the kernels' exp (``exp_u20``'s documented ULP=20 covers Sleef's 1.0)
 K_EXP = 20
@@ -147,6 +148,32 @@ def softmax(call: Call) -> list[Out | None]:
         ev = np.exp((xl - m).astype(np.float64)).astype(np.float32)
         val = ev / np.sum(ev, axis=-1, keepdims=True, dtype=np.float32)
     return [_out(val, res, dim, x.shape, name)]
+
+
+@quiet("aten._safe_softmax.default")
+def safe_softmax(call: Call) -> list[Out | None]:
+    """``_safe_softmax(x, dim, dtype=None)`` (``nn.MultiheadAttention``'s): torch's
+    ``where(all(x == -inf, dim), 0, softmax(x, dim, dtype))``, ``softmax`` converting ``x`` to
+    ``dtype`` first where one is given. :func:`softmax`'s Out, with 0 (exact) in the rows that
+    are -inf throughout, where ``_softmax`` gives NaN."""
+    x, dim = np.asarray(call.args[0]), int(call.args[1])
+    dtype = call.arg(2, "dtype")
+    if dtype is not None:
+        x = convert(x, dtype)
+    inner = Call("aten._softmax.default", (x, dim, False), {}, call.out_dtypes,
+                 capability=call.capability)  # fmt: skip
+    out = softmax(inner)[0]
+    assert out is not None and out.bound is None  # (softmax's Outs are eager)
+    with np.errstate(invalid="ignore"):
+        empty = np.all(x == -np.inf, axis=dim, keepdims=True) if x.ndim else x == -np.inf
+    if not empty.any():
+        return [out]
+    empty = np.broadcast_to(empty, np.shape(out.value))
+    zero = np.zeros((), np.asarray(out.value).dtype)
+    center = out.value if out.center is None else out.center
+    err = np.broadcast_to(np.asarray(out.err, np.float64), empty.shape)
+    return [bounded(np.where(empty, zero, out.value), np.where(empty, 0.0, err), out.reason,
+                    center=np.where(empty, 0.0, center))]  # fmt: skip
 
 
 @quiet("aten._log_softmax.default")
