@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import select
 import struct
 import time
 from collections import deque
@@ -198,8 +199,6 @@ class Queue:
         least :data:`AHEAD` calls ahead of the worker, and more while the estimated cost of the
         calls written and not answered is below ``ahead`` seconds (a caller about to be busy
         for that long sends the worker that much)."""
-        import select  # noqa: PLC0415
-
         w = self._worker
         if w is None or self._dead:
             return

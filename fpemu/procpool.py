@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import struct
 import sys
 import threading
 from collections.abc import Sequence
@@ -303,7 +304,6 @@ def _here(fn: Any, call: tuple[tuple[Any, ...], dict[str, Any]]) -> tuple[Any, E
 # -- messages: a pickle with its array buffers out of band --------------------------------------
 def _pickle(obj: Any) -> list[Any]:
     import io  # noqa: PLC0415
-    import struct  # noqa: PLC0415
 
     bufs: list[Any] = []
     f = io.BytesIO()
@@ -351,9 +351,6 @@ def _read(fd: int, n: int) -> bytearray:
 
 
 def _recv(fd: int) -> Any:
-    import pickle  # noqa: PLC0415
-    import struct  # noqa: PLC0415
-
     (count,) = struct.unpack("<Q", _read(fd, 8))
     sizes = struct.unpack(f"<{count}Q", _read(fd, 8 * count))
     head, *bufs = (_read(fd, n) for n in sizes)

@@ -13,9 +13,12 @@ still-scaled gradients), each on an otherwise correct program.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import textwrap
 import warnings
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -213,3 +216,35 @@ def test_importing_fpemu_does_not_import_torch() -> None:
     code = "import sys, fpemu; assert 'torch' not in sys.modules; fpemu.watch; print('ok')"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "ok"
+
+
+@pytest.mark.parametrize("capability", ["default", "avx2", "avx512"])
+def test_non_finite_gradients_found_per_tensor(capability: str) -> None:
+    """The batched finiteness test (one inf-norm per gradient) names exactly the gradients
+    holding an inf or a NaN, whatever their dtype and wherever the value lies (a NaN after
+    finite values and before them, -inf, a float16 gradient at its largest finite value, an
+    empty one), under each CPU capability's kernels (a subprocess each)."""
+    code = textwrap.dedent(
+        """
+        import torch
+        from fpemu.validate.watch.procedure import _non_finite
+        nan, inf = float("nan"), float("inf")
+        big = torch.full((300,), 65504.0, dtype=torch.float16)
+        grads = [
+            torch.ones(1000),                                        # 0 finite
+            torch.cat([torch.ones(700), torch.tensor([nan])]),       # 1 NaN last
+            torch.cat([torch.tensor([nan]), torch.ones(700)]),       # 2 NaN first
+            torch.tensor([1.0, -inf, 2.0]),                          # 3 -inf
+            big,                                                     # 4 fp16 max: finite
+            torch.tensor([inf], dtype=torch.bfloat16),               # 5 inf bf16
+            torch.zeros(0),                                          # 6 empty: finite
+            torch.full((33,), nan, dtype=torch.float16),             # 7 all NaN
+            torch.randn(64, 64, dtype=torch.float64),                # 8 finite float64
+        ]
+        print(_non_finite(grads), _non_finite([]), _non_finite([torch.zeros(0)]))
+        """
+    )
+    env = {**os.environ, "ATEN_CPU_CAPABILITY": capability}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         check=True, cwd=Path(__file__).resolve().parent.parent)  # fmt: skip
+    assert out.stdout.split("\n")[0] == "[1, 2, 3, 5, 7] [] []"

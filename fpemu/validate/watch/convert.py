@@ -20,7 +20,7 @@ import numpy as np
 
 from fpemu.validate.ops._num import dtype as np_dtype
 
-__all__ = ["dtype_name", "from_numpy", "tensor_dtypes", "to_numpy", "tree_to_numpy"]
+__all__ = ["convert_args", "dtype_name", "from_numpy", "tensor_dtypes", "to_numpy", "tree_to_numpy"]
 
 _VIEW = {"bfloat16": "int16", "float8_e4m3fn": "uint8", "float8_e5m2": "uint8"}
 
@@ -37,20 +37,21 @@ def dtype_name(dt: Any) -> str:
 
 
 def to_numpy(t: Any, *, copy: bool = False) -> np.ndarray:
-    """A tensor's values as a NumPy array in its own dtype (bits unchanged).
+    """A tensor's values as a NumPy array in its own dtype (bits unchanged): a view of a CPU
+    tensor's memory (``numpy(force=True)`` detaches, and copies only a tensor on another
+    device or with its conjugate or negative bit set, resolving it).
 
     ``copy=True`` for a tensor an in-place op is about to overwrite.
     """
-    if t.requires_grad:  # (NumPy's view of a tensor that needs no gradient needs no detach)
-        t = t.detach()
-    if not t.is_cpu:
-        t = t.cpu()
-    if t.is_conj() or t.is_neg():
-        t = t.resolve_conj().resolve_neg()
     how = _HOW.get(t.dtype, _MISS)
     if how is _MISS:
         how = _HOW[t.dtype] = _how(t.dtype)
-    a = t.numpy() if how is None else t.view(how[0]).numpy().view(how[1])
+    if how is None:
+        a = t.numpy(force=True)
+    else:  # the bits viewed as ints: a negative or conjugate bit is resolved first
+        if t.is_conj() or t.is_neg():
+            t = t.resolve_conj().resolve_neg()
+        a = t.view(how[0]).numpy(force=True).view(how[1])
     arr: np.ndarray = a.copy() if copy else a
     return arr
 
@@ -119,6 +120,56 @@ def tensor_dtypes(obj: Any) -> list[str]:
         elif isinstance(x, (list, tuple, dict)):  # ATen nests tensor lists once; dicts walk on
             out += tensor_dtypes(x)
     return out
+
+
+def convert_args(args: tuple[Any, ...], kwargs: dict[str, Any],
+                 copy_ids: frozenset[int] = frozenset()) -> tuple[Any, Any, list[str]]:  # fmt: skip
+    """``(tree_to_numpy(args, copy_ids=...), tree_to_numpy(kwargs, copy_ids=...),
+    tensor_dtypes(args) + tensor_dtypes(kwargs))`` in one walk (the watcher's every op: a flat
+    tuple of tensors and numbers, mostly). A tensor passed twice is one array, here across args
+    and kwargs too.
+
+    >>> import torch
+    >>> x = torch.ones(2)
+    >>> a, k, ins = convert_args((x, 2.0, [x]), {"out_dtype": torch.float16})
+    >>> a[0] is a[2][0], k, ins
+    (True, {'out_dtype': 'float16'}, ['float32', 'float32'])
+    """
+    tensor, dtype = _types()
+    seen: dict[int, np.ndarray] = {}
+    ins: list[str] = []
+    out = []
+    for x in args:
+        if isinstance(x, tensor):
+            a = seen.get(id(x))
+            if a is None:
+                a = seen[id(x)] = to_numpy(x, copy=id(x) in copy_ids)
+            ins.append(dtype_name(x.dtype))
+            out.append(a)
+        elif isinstance(x, (list, tuple, dict, dtype)):
+            out.append(_nested(x, seen, ins, copy_ids, tensor, dtype))
+        else:
+            out.append(x)
+    kw = {k: _nested(v, seen, ins, copy_ids, tensor, dtype) for k, v in kwargs.items()}
+    return tuple(out), kw, ins
+
+
+def _nested(x: Any, seen: dict[int, np.ndarray], ins: list[str], copy_ids: frozenset[int],
+            tensor: Any, dtype: Any) -> Any:  # fmt: skip
+    """:func:`convert_args` below the top level (its walk, recursively)."""
+    if isinstance(x, tensor):
+        a = seen.get(id(x))
+        if a is None:
+            a = seen[id(x)] = to_numpy(x, copy=id(x) in copy_ids)
+        ins.append(dtype_name(x.dtype))
+        return a
+    if isinstance(x, (list, tuple)):
+        return type(x)(_nested(v, seen, ins, copy_ids, tensor, dtype) for v in x)
+    if isinstance(x, dict):
+        return {k: _nested(v, seen, ins, copy_ids, tensor, dtype) for k, v in x.items()}
+    if isinstance(x, dtype):
+        return dtype_name(x)
+    return x
 
 
 _TYPES: tuple[Any, Any] | None = None

@@ -101,7 +101,7 @@ class Procedure:
 
         with w.internal():
             grads = [p.grad for g in opt.param_groups for p in g["params"] if p.grad is not None]
-            bad = [i for i, g in enumerate(grads) if not bool(torch.isfinite(g).all())]
+            bad = _non_finite(grads)
             half = [i for i, g in enumerate(grads) if g.dtype == torch.float16]
         if bad:
             self._add(
@@ -120,3 +120,23 @@ class Procedure:
 
     def finish(self, w: Any) -> None:
         """The block ended."""
+
+
+def _non_finite(grads: list[Any]) -> list[int]:
+    """The indices of the tensors in ``grads`` that hold an inf or a NaN.
+
+    One ``_foreach_norm`` of order inf (the largest magnitude: inf or NaN exactly where the
+    tensor holds one; its reduction propagates NaN) and one ``isfinite`` of the stacked norms,
+    not an ``isfinite(g).all()`` per tensor: each op the watcher runs passes through its
+    dispatch mode, and an optimizer has a gradient per parameter (measured: 2 ms a step of the
+    bench GPT's 28). Empty tensors (no identity for the norm) are finite.
+    """
+    import torch  # noqa: PLC0415
+
+    idx = [i for i, g in enumerate(grads)
+           if g.numel() and (g.is_floating_point() or g.is_complex())]  # fmt: skip
+    if not idx:
+        return []
+    norms = torch._foreach_norm([grads[i] for i in idx], float("inf"))
+    ok = torch.isfinite(torch.stack(norms)).tolist()  # (stack promotes mixed dtypes)
+    return [i for i, fine in zip(idx, ok, strict=True) if not fine]

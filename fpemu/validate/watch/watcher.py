@@ -28,7 +28,7 @@ from typing import Any
 
 from fpemu.validate.ops import Call, builtin, lookup
 from fpemu.validate.watch import layouts, schedule
-from fpemu.validate.watch.convert import dtype_name, tensor_dtypes, to_numpy, tree_to_numpy
+from fpemu.validate.watch.convert import convert_args, dtype_name, tensor_dtypes, to_numpy
 from fpemu.validate.watch.schema import outputs as op_outputs
 from fpemu.validate.watch.schema import written_ids
 from fpemu.validate.watch.verdict import ORDER, apply, judge_call, judge_view
@@ -228,12 +228,10 @@ class Watcher:
             self.step += 1
             self._stepped = False
         emulation = lookup(name)
-        np_args = np_kwargs = None
+        np_args = np_kwargs = ins = None
         storage = self._storage(args[0]) if name in _STORAGE and emulation is not None else None
         if emulation is not None and not view:  # a view's inputs are read after it ran
-            ids = written_ids(func, args, kwargs)
-            np_args = tree_to_numpy(args, copy_ids=ids)
-            np_kwargs = tree_to_numpy(kwargs, copy_ids=ids)
+            np_args, np_kwargs, ins = convert_args(args, kwargs, written_ids(func, args, kwargs))
         t1 = time.perf_counter()
         result = func(*args, **kwargs)
         t2 = time.perf_counter()
@@ -241,7 +239,9 @@ class Watcher:
             self._pumped = t2
             self._queue.pump()
         outs = op_outputs(func, args, kwargs, result)
-        row = self._row(name, phase, args, kwargs, outs)
+        if ins is None:
+            ins = tensor_dtypes(args) + (tensor_dtypes(kwargs) if kwargs else [])
+        row = self._row(name, phase, ins, outs)
         key = layout = None
         if emulation is not None and view and name not in _STORAGE:  # as_strided: in full
             key = layouts.key(name, emulation, args, kwargs)
@@ -254,7 +254,7 @@ class Watcher:
             row["n"] = sum(t.numel() for t in outs)
         else:
             if np_args is None:
-                np_args, np_kwargs = tree_to_numpy(args), tree_to_numpy(kwargs)
+                np_args, np_kwargs, _ = convert_args(args, kwargs)
             outputs = [to_numpy(t) for t in outs]
             call = Call(
                 name,
@@ -332,11 +332,8 @@ class Watcher:
             whole = torch.empty(0, dtype=torch.uint8).set_(t.untyped_storage())
         return whole.numpy(), t.storage_offset()
 
-    def _row(
-        self, name: str, phase: str, args: Any, kwargs: Any, outs: list[Any]
-    ) -> dict[str, Any]:
+    def _row(self, name: str, phase: str, ins: list[str], outs: list[Any]) -> dict[str, Any]:
         node = self.node
-        ins = tensor_dtypes(args) + (tensor_dtypes(kwargs) if kwargs else [])
         return {
             "step": self.step,
             "phase": phase,
