@@ -335,24 +335,81 @@ def test_casts_equal_the_library_casts(src: str, dst: str, monkeypatch: pytest.M
 
 
 @pytest.mark.parametrize("name", ["bfloat16", "float16", "float32"])
-def test_gemm_runs_in_float64_only_for_float32_subnormals(name: str) -> None:
-    """The GEMM's accumulation format, read from its center (float32 GEMM: float32 values):
-    float16 subnormals are normal float32 numbers (float32 GEMM), bfloat16's and float32's
-    are float32 subnormals (float64 GEMM); without subnormals float32."""
+def test_gemm_accumulation_route(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The GEMM's accumulation, read from its center. Without subnormals, and with float16
+    subnormals (normal float32 numbers): a float32 GEMM (float32 values). With a bfloat16 or
+    float32 subnormal: a float32 GEMM of the operands scaled by a power of two, scaled back in
+    float64: row 0, all subnormals of a few units of the format's smallest, whose products an
+    unscaled float32 GEMM rounds to float32's subnormal spacing (beyond gamma_K, or to 0),
+    comes out within gamma_K of its exact sum, and the other rows are float32 values. With an
+    inf beside the subnormal (no scale is safe): a float64 GEMM (row 1 is not a float32
+    value)."""
     rng = np.random.default_rng(2)
     dt = np.dtype(np.float32) if name == "float32" else DTYPES[name]
     a = (rng.standard_normal((30, 40)) / 3).astype(np.float32).astype(dt)
     b = (rng.standard_normal((40, 20)) / 3).astype(np.float32).astype(dt)
-    for sub, want64 in ((None, False), (6e-8, False), (1e-39, True)):
-        x = a.copy()
-        if sub is not None:
-            x[0, :3] = np.float32(sub).astype(dt)
-        if name == "float16" and sub == 1e-39:
-            continue  # not a float16 number
-        if name != "float16" and sub == 6e-8:
-            continue  # a normal number there
-        out = lookup("aten.mm.default")(Call("aten.mm.default", (x, b), {}, (name,)))[0]
-        assert out is not None and out.bound is not None
-        center = out.bound(np.arange(600))[0]
-        is32 = np.array_equal(center, center.astype(np.float32).astype(np.float64))
-        assert is32 != want64, (name, sub)
+
+    def center(x: np.ndarray) -> np.ndarray:
+        with np.errstate(invalid="ignore"):  # (inf times 0 in the inf case's bound)
+            out = lookup("aten.mm.default")(Call("aten.mm.default", (x, b), {}, (name,)))[0]
+            assert out is not None and out.bound is not None
+            return np.asarray(out.bound(np.arange(600))[0]).reshape(30, 20)
+
+    def is32(v: np.ndarray) -> bool:
+        return bool(np.array_equal(v, v.astype(np.float32).astype(np.float64)))
+
+    assert is32(center(a))
+    x = a.copy()
+    if name == "float16":
+        x[0, :3] = np.float16(6e-8)  # float16 subnormals: normal float32 numbers
+        assert is32(center(x))
+        return
+    unit = 2.0**-149 if name == "float32" else 2.0**-133  # the format's smallest subnormal
+    x[0] = (rng.integers(1, 8, 40) * unit).astype(np.float32).astype(dt)
+    exact = x.astype(np.float64) @ b.astype(np.float64)  # float64: within 40 * 2**-53
+    tol = 2 * 43 * 2.0**-24 * (np.abs(x[0].astype(np.float64)) @ np.abs(b.astype(np.float64)))
+    if name == "float32":  # (bfloat16's subnormal products are exact float32 subnormals)
+        plain = x[0] @ b  # unscaled: the products round to float32's subnormal spacing
+        assert (np.abs(plain - exact[0]) > tol).any()
+    seen: list[Any] = []
+    scales = matmul._scales
+    monkeypatch.setattr(matmul, "_scales", lambda *a: seen.append(scales(*a)) or seen[-1])
+    c = center(x)
+    assert seen and seen[0] is not None and seen[0][0] >= 24  # the scaled route
+    assert (np.abs(c[0] - exact[0]) <= tol).all() and np.abs(c[0]).min() > 0
+    assert is32(c[1:])
+    x[2, 5] = np.inf
+    c = center(x)
+    assert not is32(c[1]) and np.isinf(c[2]).any()
+
+
+@pytest.mark.parametrize("name", ["bfloat16", "float32"])
+def test_gemm_scales_keep_every_partial_sum_in_range(name: str) -> None:
+    """``matmul._scales``: the scaled operands are exact (a power of two back gives the
+    original), hold no subnormal, and every product and partial sum stays below 2**_TOP (the
+    largest magnitudes times K); None where an operand is not finite or the room left for the
+    subnormal operand is under 2**24 (the GEMM then runs in float64)."""
+    rng = np.random.default_rng(5)
+    dt = np.dtype(np.float32) if name == "float32" else BF16
+    for big in (2.0**-100, 1.0, 2.0**40, 2.0**90):
+        for k, both in ((1, False), (96, False), (96, True), (4096, True)):
+            a = (rng.standard_normal((8, k)) * big).astype(np.float32)
+            a[0, 0] = 2.0**-149 if name == "float32" else 2.0**-133
+            b = (rng.standard_normal((k, 6))).astype(np.float32)
+            if both:
+                b[-1, 1] = a[0, 0]
+            a, b = a.astype(dt).astype(np.float32), b.astype(dt).astype(np.float32)
+            got = matmul._scales(a, b, True, both, k)
+            room = matmul._TOP - np.log2(k) - np.log2(np.abs(a).max()) - np.log2(np.abs(b).max())
+            if got is None:
+                assert room < 24 * (2 if both else 1) + 2, (big, k, both)
+                continue
+            ea, eb = got
+            sa, sb = a * np.float32(2.0**ea), b * np.float32(2.0**eb)
+            assert np.array_equal(sa * 2.0**-ea, a) and np.array_equal(sb * 2.0**-eb, b)
+            assert not has_subnormal(sa) and (not both or not has_subnormal(sb))
+            assert ea >= 24 and (eb >= 24 if both else eb == 0)
+            top = float(np.abs(sa.astype(np.float64)).max() * np.abs(sb.astype(np.float64)).max())
+            assert top * k < 2.0**matmul._TOP
+    nan = np.float32([[np.nan, 2.0**-149]])
+    assert matmul._scales(nan, np.ones((2, 1), np.float32), True, False, 2) is None

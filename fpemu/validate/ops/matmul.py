@@ -13,10 +13,12 @@ is a float32 GEMM of the absolute values, a sum of non-negative terms, at least
 ``(1 - gamma_K)`` times the true one, which the bound divides out. The watch asks for the
 bound only where torch's output differs from fpemu's value: ``m`` is then gathered element by
 element where few are asked for, else it is the whole GEMM of magnitudes. bfloat16/float16
-kernels may flush subnormals: :func:`_flushed` adds what that can lose. The GEMMs run in float32
-(in float64 where an operand holds a float32 subnormal, which float32 arithmetic handles ~50x
-slower; the bound holds either way). The kernel's result is
-then rounded once to the output dtype
+kernels may flush subnormals: :func:`_flushed` adds what that can lose. The GEMMs run in float32;
+where an operand holds a float32 subnormal (float32 arithmetic handles those ~50x slower) it is
+scaled by a power of two that makes every value normal and keeps every partial sum in range
+(:func:`_scales`), and the result scaled back in float64, both exact; where no scale is safe
+(an inf or NaN, or magnitudes near float32's largest) the GEMM runs in float64. The bound holds
+either way. The kernel's result is then rounded once to the output dtype
 (measured on torch 2.13: bfloat16 ``addmm`` equals the correctly rounded ``c + a b`` on
 64x256x32 random inputs, while rounding ``a b`` to bfloat16 before adding ``c`` differs in 530
 of 2048 outputs).
@@ -35,6 +37,7 @@ output dtype; the result is exact by definition (it is what the emulated hardwar
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -77,12 +80,27 @@ def gemm(
     (a_, own_a), (b_, own_b) = _widened(a), _widened(b)
     sub_a, sub_b = own_a and a.dtype != np.float16, own_b and b.dtype != np.float16
     # float32 arithmetic on subnormal operands is ~50x slower on x86 (microcode assists; a
-    # bfloat16 logits gradient holds thousands): such a GEMM runs in float64, where they are
-    # normal numbers; its value is then nearer the exact sum, and the bound below still holds
-    wide: Any = np.float64 if np.float64 in (a.dtype, b.dtype) or sub_a or sub_b else np.float32
-    u = U64 if np.float64 in (a.dtype, b.dtype) else U32
+    # bfloat16 logits gradient holds thousands): such a GEMM runs on operands scaled by a power
+    # of two that makes them normal (:func:`_scales`), or, where no scaling is safe, in float64
+    # (there they are normal numbers); its value is then nearer the exact sum, and the bound
+    # below still holds
+    f64_in = np.float64 in (a.dtype, b.dtype)
+    scales = _scales(a_, b_, sub_a, sub_b, k) if (sub_a or sub_b) and not f64_in else None
+    wide: Any = np.float64 if f64_in or ((sub_a or sub_b) and scales is None) else np.float32
+    u = U64 if f64_in else U32
     a_, b_ = a_.astype(wide, copy=False), b_.astype(wide, copy=False)
-    s = np.matmul(a_, b_)
+    a_u, b_u = a_, b_  # unscaled: the bound's magnitudes and subnormal sums read these
+    if scales is not None:
+        # exact: a power of two times a float32 that stays below 2**126 (see _scales); the
+        # float32 GEMM of the scaled operands, widened and scaled back in float64 (exact), is
+        # the float32 GEMM the bound assumes, with fewer underflows
+        a_ = a_ * np.float32(2.0 ** scales[0]) if scales[0] else a_
+        b_ = b_ * np.float32(2.0 ** scales[1]) if scales[1] else b_
+        s = np.matmul(a_, b_).astype(np.float64)
+        s *= 2.0 ** -(scales[0] + scales[1])
+        wide = np.float64  # the center and the sums below: float64
+    else:
+        s = np.matmul(a_, b_)
     if alpha != 1.0:
         s *= wide(alpha)
     cw: np.ndarray | None = None
@@ -90,6 +108,7 @@ def gemm(
         cw = np.asarray(c).astype(wide) * wide(beta)
         s += cw
     value = to(s, name) if wide is np.float32 or name == "float64" else _to_low(s, name)
+    a_, b_ = a_u, b_u
     # the factor is rounded up by 2**-20 to cover the one rounding of each product with it;
     # Higham's bound assumes no underflow: each of the K+3 roundings may also lose up to a
     # subnormal spacing of the accumulation format (and m * factor may flush to zero)
@@ -113,8 +132,8 @@ def gemm(
         few elements are asked for (a 2-D product), else the whole GEMM of magnitudes."""
         by_rows = a_.ndim == 2 and b_.ndim == 2 and idx.size * _GATHER <= s.size
         aa = bb = None
-        if not by_rows:
-            aa, bb = np.abs(a_), np.abs(b_)
+        if not by_rows:  # (float64 where the value's operands were scaled: no subnormals)
+            aa, bb = (np.abs(x.astype(wide, copy=False)) for x in (a_, b_))
         flush: Any = 0.0
         if low and not by_rows:  # without a subnormal operand, only the K + 3 flushed results
             flush = (
@@ -168,6 +187,43 @@ def gemm(
         return c, e
 
     return lazy(value, bound, reason, quick=quick)
+
+
+#: the scaled operands' largest possible partial sum, as a power of two: below float32's
+#: 2**128 with a margin for the rounding of each partial sum (at most K of them)
+_TOP = 124
+#: the largest scale (a float32 power of two; 2**-149 times it is far into the normal range)
+_CAP = 100
+
+
+def _scales(a: np.ndarray, b: np.ndarray, sub_a: bool, sub_b: bool, k: int) -> Any:
+    """Powers of two ``(ea, eb)`` by which float32 ``a`` and ``b`` (the one holding a subnormal,
+    ``sub_a``/``sub_b``) are scaled so that every nonzero is a normal float32, while every
+    product and partial sum of the scaled GEMM stays below ``2**_TOP``: ``max|a| 2**ea max|b|
+    2**eb K < 2**_TOP``; None where that leaves a subnormal operand less than ``2**24``
+    (its smallest subnormal, 2**-149, must reach 2**-125), or an operand is not finite (the
+    caller then runs the GEMM in float64). The scaled operands are exact (powers of two of
+    normal results), and so is the float64 scaling back; the largest scale up to ``2**_CAP``
+    is taken, so that fewer products of the scaled operands are subnormal.
+
+    >>> _scales(np.float32([[1.0, 1e-40]]), np.float32([[2.0], [1.0]]), True, False, 2)
+    (100, 0)
+    """
+    amax = float(np.max(np.abs(a))) if a.size else 0.0
+    bmax = float(np.max(np.abs(b))) if b.size else 0.0
+    if not (np.isfinite(amax) and np.isfinite(bmax)):
+        return None
+    room = _TOP - math.ceil(math.log2(max(k, 1)))
+    for m in (amax, bmax):
+        if m > 0.0:
+            room -= math.frexp(m)[1]  # m < 2**e
+    if sub_a and sub_b:
+        ea = eb = min(room // 2, _CAP)
+    else:
+        ea, eb = (min(room, _CAP), 0) if sub_a else (0, min(room, _CAP))
+    if (sub_a and ea < 24) or (sub_b and eb < 24):
+        return None
+    return ea, eb
 
 
 def _widened(x: np.ndarray) -> tuple[np.ndarray, bool]:
