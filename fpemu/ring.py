@@ -106,14 +106,18 @@ class Pickler(pickle.Pickler):
 
         if obj.dtype.hasobject:
             raise StayError
-        # the bytes the array spans, and where its first element lies in them
-        span, lead = obj.dtype.itemsize, 0
-        for n, st in zip(obj.shape, obj.strides, strict=True):
-            if n > 1:
-                span += (n - 1) * abs(st)
-                lead += (n - 1) * -st if st < 0 else 0
-        if obj.size == 0:
-            span, lead = 0, 0
+        # the bytes the array spans, and where its first element lies in them (a C-contiguous
+        # array, most of them: its bytes, from its start)
+        if obj.flags.c_contiguous:
+            span, lead = obj.nbytes, 0
+        else:
+            span, lead = obj.dtype.itemsize, 0
+            for n, st in zip(obj.shape, obj.strides, strict=True):
+                if n > 1:
+                    span += (n - 1) * abs(st)
+                    lead += (n - 1) * -st if st < 0 else 0
+            if obj.size == 0:
+                span, lead = 0, 0
         if span > _SPAN_SLACK * max(obj.nbytes, 4096):
             raise StayError
         off = self.ring.alloc(self.ticket, max(64, -(-span // 64) * 64))
