@@ -85,8 +85,7 @@ def _boundary_into(s: np.ndarray, out: np.ndarray, flag: np.ndarray, low: np.nda
     a magnitude of at most 2**-126 (zeros included: ``fmin`` passes NaN over): rounding is
     monotone, so ``|s| < 2**-126`` gives ``|out| <= 2**-126``, and where no ``|out|`` is that
     small no ``s`` is in the range (AdamW's moments never are)."""
-    np.bitwise_and(s.view(np.uint64), _MID_MASK, out=low)
-    np.equal(low, _MID, out=flag)
+    _midpoints(s, low, flag)
     np.abs(out, out=mag)
     if np.fmin.reduce(mag, axis=None) <= _TINY32:
         flag |= np.abs(s) < 2.0**-126
@@ -138,6 +137,13 @@ def _blocks(big: np.ndarray, small: np.ndarray, c: np.ndarray, shape: tuple[int,
 _MID_MASK, _MID = np.array(0x1FFFFFFF, np.uint64), np.array(0x10000000, np.uint64)
 
 
+def _midpoints(s: np.ndarray, low: np.ndarray, flag: np.ndarray) -> None:
+    """``flag`` = where float64 ``s`` lies on a float32 midpoint (:func:`boundary32`'s first
+    test), through the caller's buffers (``low`` uint64, ``flag`` bool, ``s``'s shape)."""
+    np.bitwise_and(s.view(np.uint64), _MID_MASK, out=low)
+    np.equal(low, _MID, out=flag)
+
+
 def fma32_into(out: np.ndarray, a: np.ndarray, b: np.ndarray, c: np.ndarray, *,
                s: np.ndarray, low: np.ndarray, flag: np.ndarray) -> None:  # fmt: skip
     """``out = RN32(a*b + c)`` for float64 arrays (or 0-d arrays) holding float32 values whose
@@ -157,8 +163,7 @@ def fma32_into(out: np.ndarray, a: np.ndarray, b: np.ndarray, c: np.ndarray, *,
     np.multiply(a, b, s)
     np.add(s, c, s)
     out[...] = s  # float64 to float32: round to nearest even
-    np.bitwise_and(s.view(np.uint64), _MID_MASK, low)
-    np.equal(low, _MID, flag)
+    _midpoints(s, low, flag)
     if np.count_nonzero(flag):
         repair32(out, (a, b), c, s, flag)
 

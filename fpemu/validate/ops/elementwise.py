@@ -155,11 +155,7 @@ def add(call: Call) -> list[Out | None]:
         with np.errstate(all="ignore"):
             r = a - b * alpha if neg else a + b * alpha
         return [exact(np.asarray(r).astype(dtype(name)))]
-    alv = -alpha if neg else alpha  # stored in the dtype, then opmath
-    if type(alv) in (bool, int, float):
-        al = _widened_builtin(type(alv).__name__, alv, repr(alv), name, cdt)
-    else:
-        al = np.asarray(_stored(alv, name)).astype(cdt)
+    al = _operand(-alpha if neg else alpha, name, cdt)  # stored in the dtype, then opmath
     one = float(al)  # exact (float32/float64); NaN compares unequal
     if one == 1.0 or one == -1.0:  # b * (+-1) is exact: one sum or difference, one rounding
         with np.errstate(all="ignore"):

@@ -89,14 +89,14 @@ def gemm(
     wide: Any = np.float64 if f64_in or ((sub_a or sub_b) and scales is None) else np.float32
     u = U64 if f64_in else U32
     a_, b_ = a_.astype(wide, copy=False), b_.astype(wide, copy=False)
-    a_u, b_u = a_, b_  # unscaled: the bound's magnitudes and subnormal sums read these
     if scales is not None:
         # exact: a power of two times a float32 that stays below 2**126 (see _scales); the
         # float32 GEMM of the scaled operands, widened and scaled back in float64 (exact), is
-        # the float32 GEMM the bound assumes, with fewer underflows
-        a_ = a_ * np.float32(2.0 ** scales[0]) if scales[0] else a_
-        b_ = b_ * np.float32(2.0 ** scales[1]) if scales[1] else b_
-        s = np.matmul(a_, b_).astype(np.float64)
+        # the float32 GEMM the bound assumes, with fewer underflows (the bound below reads the
+        # unscaled a_ and b_)
+        sa = a_ * np.float32(2.0 ** scales[0]) if scales[0] else a_
+        sb = b_ * np.float32(2.0 ** scales[1]) if scales[1] else b_
+        s = np.matmul(sa, sb).astype(np.float64)
         s *= 2.0 ** -(scales[0] + scales[1])
         wide = np.float64  # the center and the sums below: float64
     else:
@@ -108,7 +108,6 @@ def gemm(
         cw = np.asarray(c).astype(wide) * wide(beta)
         s += cw
     value = to(s, name) if wide is np.float32 or name == "float64" else _to_low(s, name)
-    a_, b_ = a_u, b_u
     # the factor is rounded up by 2**-20 to cover the one rounding of each product with it;
     # Higham's bound assumes no underflow: each of the K+3 roundings may also lose up to a
     # subnormal spacing of the accumulation format (and m * factor may flush to zero)
